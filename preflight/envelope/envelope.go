@@ -1,0 +1,59 @@
+package envelope
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ContractVersion is the one envelope version this service supports.
+const ContractVersion = "aruntime.runtime-request.v1"
+
+// SupportedVersions lists the envelope versions this service accepts.
+var SupportedVersions = []string{ContractVersion}
+
+// Envelope is the part of an aruntime.runtime-request.v1 envelope that the
+// contracts read. It is produced only from an envelope that passed Validate.
+type Envelope struct {
+	ContractVersion string
+	RequestID       string
+	IdempotencyKey  string
+	Timestamp       time.Time
+	// Deadline is the zero time when the envelope sets no deadlineUtc.
+	Deadline     time.Time
+	ActorIDRef   string
+	TenantIDRef  string // "" when tenant is absent or null
+	SessionIDRef string // "" when session is absent or null
+	RiskLevel    string // low, medium, high, critical
+	// Input is the task input, decoded with json.Number for numbers.
+	Input json.RawMessage
+	// AllowedTools is nil when the envelope does not give allowedTools.
+	AllowedTools []string
+	ToolPolicy   ToolPolicy
+	Budget       Budget
+}
+
+// ToolPolicy is the envelope's toolPolicy.
+type ToolPolicy struct {
+	DefaultDecision  string
+	MaxCalls         int
+	AllowSideEffects bool
+}
+
+// Budget is the envelope's budget.
+type Budget struct {
+	MaxToolCalls int
+}
+
+// FieldError is one validation failure. Path is a JSON Pointer relative to
+// the envelope document; callers embed it under their own prefix.
+type FieldError struct {
+	Code    string `json:"code"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// Error codes of SPEC §3.3 that envelope validation produces.
+const (
+	CodeValidationFailed   = "contract-validation-failed"
+	CodeUnsupportedVersion = "unsupported-contract-version"
+)
