@@ -1,0 +1,289 @@
+package canon
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+var (
+	// ErrInvalidUTF8 reports a string that is not valid UTF-8.
+	ErrInvalidUTF8 = errors.New("canon: string is not valid UTF-8")
+	// ErrNumber reports a number that has no JSON form (NaN, ±Inf) or does not parse.
+	ErrNumber = errors.New("canon: number cannot be written as JSON")
+)
+
+// Marshal returns the canonical JSON form of v. A []byte or json.RawMessage
+// is taken to be JSON text and is parsed first; any other value is encoded
+// with encoding/json and then put in canonical form.
+func Marshal(v any) ([]byte, error) {
+	var raw []byte
+	switch t := v.(type) {
+	case json.RawMessage:
+		raw = t
+	case []byte:
+		raw = t
+	default:
+		if isPlain(v) {
+			var buf bytes.Buffer
+			if err := write(&buf, v); err != nil {
+				return nil, err
+			}
+			return buf.Bytes(), nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("canon: encode: %w", err)
+		}
+		raw = b
+	}
+	parsed, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := write(&buf, parsed); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Parse decodes JSON text into the generic values Marshal writes directly:
+// map[string]any, []any, string, bool, nil and json.Number. Trailing data
+// is an error.
+func Parse(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canon: parse: %w", err)
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("canon: parse: trailing data after JSON value")
+	}
+	return v, nil
+}
+
+// Digest returns "sha256:<hex>" of the canonical form of v.
+func Digest(v any) (string, error) {
+	b, err := Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return DigestBytes(b), nil
+}
+
+// DigestBytes returns "sha256:<hex>" of b, which the caller has already put
+// in canonical form.
+func DigestBytes(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// isPlain reports whether v is made only of the generic JSON values, so it
+// can be written without a round trip through encoding/json.
+func isPlain(v any) bool {
+	switch t := v.(type) {
+	case nil, bool, string, json.Number, float64, int, int64:
+		return true
+	case map[string]any:
+		for _, e := range t {
+			if !isPlain(e) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range t {
+			if !isPlain(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func write(buf *bytes.Buffer, v any) error {
+	switch t := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case bool:
+		if t {
+			buf.WriteString("true")
+		} else {
+			buf.WriteString("false")
+		}
+	case string:
+		return writeString(buf, t)
+	case json.Number:
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil {
+			return fmt.Errorf("%w: %q", ErrNumber, string(t))
+		}
+		return writeNumber(buf, f)
+	case float64:
+		return writeNumber(buf, t)
+	case int:
+		return writeNumber(buf, float64(t))
+	case int64:
+		return writeNumber(buf, float64(t))
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := write(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sortUTF16(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeString(buf, k); err != nil {
+				return err
+			}
+			buf.WriteByte(':')
+			if err := write(buf, t[k]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	default:
+		return fmt.Errorf("canon: unsupported type %T", v)
+	}
+	return nil
+}
+
+// sortUTF16 orders names by their UTF-16 code units, as RFC 8785 requires.
+// Byte order agrees with it except where a supplementary-plane character
+// meets one in U+E000..U+FFFF, so the slower comparison runs only then.
+func sortUTF16(keys []string) {
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if isBMPOnly(a) && isBMPOnly(b) {
+			return a < b
+		}
+		ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
+		for k := 0; k < len(ua) && k < len(ub); k++ {
+			if ua[k] != ub[k] {
+				return ua[k] < ub[k]
+			}
+		}
+		return len(ua) < len(ub)
+	})
+}
+
+func isBMPOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0xF0 {
+			return false
+		}
+	}
+	return true
+}
+
+const hexDigits = "0123456789abcdef"
+
+func writeString(buf *bytes.Buffer, s string) error {
+	if !utf8.ValidString(s) {
+		return ErrInvalidUTF8
+	}
+	buf.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			buf.WriteString(`\"`)
+		case c == '\\':
+			buf.WriteString(`\\`)
+		case c >= 0x20:
+			buf.WriteByte(c)
+		case c == '\b':
+			buf.WriteString(`\b`)
+		case c == '\t':
+			buf.WriteString(`\t`)
+		case c == '\n':
+			buf.WriteString(`\n`)
+		case c == '\f':
+			buf.WriteString(`\f`)
+		case c == '\r':
+			buf.WriteString(`\r`)
+		default:
+			buf.WriteString(`\u00`)
+			buf.WriteByte(hexDigits[c>>4])
+			buf.WriteByte(hexDigits[c&0xF])
+		}
+	}
+	buf.WriteByte('"')
+	return nil
+}
+
+// writeNumber writes f as ECMAScript's Number.prototype.toString does.
+func writeNumber(buf *bytes.Buffer, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ErrNumber
+	}
+	if f == 0 {
+		buf.WriteByte('0') // also for -0
+		return nil
+	}
+	if f < 0 {
+		buf.WriteByte('-')
+		f = -f
+	}
+	// Shortest round-trip digits and the decimal exponent: d.ddd e±x.
+	e := strconv.FormatFloat(f, 'e', -1, 64)
+	mant, expPart, _ := strings.Cut(e, "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	exp, err := strconv.Atoi(expPart)
+	if err != nil {
+		return ErrNumber
+	}
+	n := exp + 1 // position of the decimal point relative to the digits
+	k := len(digits)
+	switch {
+	case k <= n && n <= 21:
+		buf.WriteString(digits)
+		buf.WriteString(strings.Repeat("0", n-k))
+	case 0 < n && n <= 21:
+		buf.WriteString(digits[:n])
+		buf.WriteByte('.')
+		buf.WriteString(digits[n:])
+	case -6 < n && n <= 0:
+		buf.WriteString("0.")
+		buf.WriteString(strings.Repeat("0", -n))
+		buf.WriteString(digits)
+	default:
+		buf.WriteByte(digits[0])
+		if k > 1 {
+			buf.WriteByte('.')
+			buf.WriteString(digits[1:])
+		}
+		buf.WriteByte('e')
+		if n-1 >= 0 {
+			buf.WriteByte('+')
+		}
+		buf.WriteString(strconv.Itoa(n - 1))
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package canon
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+func TestMarshal(t *testing.T) {
+	tests := map[string]struct {
+		in   string
+		want string
+	}{
+		"sorted keys, no space":    {`{ "b": 1, "a": [true, null, "x"] }`, `{"a":[true,null,"x"],"b":1}`},
+		"integral double":          {`125.0`, `125`},
+		"fraction":                 {`125.50`, `125.5`},
+		"large exponent":           {`1e21`, `1e+21`},
+		"just below exponent form": {`123456789012345678901`, `123456789012345680000`},
+		"small":                    {`0.000001`, `0.000001`},
+		"smaller uses exponent":    {`0.0000001`, `1e-7`},
+		"negative zero":            {`-0`, `0`},
+		"negative":                 {`-12.5e1`, `-125`},
+		"escapes":                  {`"a\"b\\c\n\u0001\u00e9<>&"`, `"a\"b\\c\n\u0001é<>&"`},
+		"nested":                   {`{"z":{"y":2,"x":1},"a":{}}`, `{"a":{},"z":{"x":1,"y":2}}`},
+		"utf16 order":              {`{"\ud83d\ude00":1,"\ue000":2}`, "{\"\U0001F600\":1,\"\ue000\":2}"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Marshal(json.RawMessage(tc.in))
+			if err != nil {
+				t.Fatalf("Marshal: %v", err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("Marshal(%s) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMarshalErrors(t *testing.T) {
+	tests := map[string]struct {
+		in   any
+		want error
+	}{
+		"invalid utf8": {map[string]any{"a": "\xff"}, ErrInvalidUTF8},
+		"trailing":     {json.RawMessage(`{} {}`), nil},
+		"not json":     {json.RawMessage(`{`), nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := Marshal(tc.in)
+			if err == nil {
+				t.Fatal("Marshal succeeded, want error")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDigestEqualValues(t *testing.T) {
+	a, err := Digest(json.RawMessage(`{"caseRef":"case:882","amountUsd":125}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Digest(map[string]any{"amountUsd": 125.0, "caseRef": "case:882"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Digest(map[string]any{"amountUsd": json.Number("9999"), "caseRef": "case:882"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Fatalf("equal values, different digests: %s %s", a, b)
+	}
+	if a == c {
+		t.Fatal("different values, same digest")
+	}
+	if len(a) != len("sha256:")+64 {
+		t.Fatalf("digest %q has the wrong length", a)
+	}
+}
+
+func FuzzMarshal(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1.5e300,"x",null]`, `"\u00e9"`, `{"b":{"c":[true,false]}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := Marshal(json.RawMessage(in))
+		if err != nil {
+			return
+		}
+		// The canonical form is a fixed point.
+		again, err := Marshal(json.RawMessage(out))
+		if err != nil {
+			t.Fatalf("canonical output does not parse: %s: %v", out, err)
+		}
+		if string(again) != string(out) {
+			t.Fatalf("not a fixed point: %s -> %s", out, again)
+		}
+	})
+}
