@@ -1,0 +1,159 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// ConsumeStatus says what a consume did or would do.
+type ConsumeStatus int
+
+// Consume outcomes.
+const (
+	// Consumed: an unconsumed step of the kind was marked consumed.
+	Consumed ConsumeStatus = iota + 1
+	// Repeated: this request id already consumed a step of the kind; the
+	// same allow is given again (Envoy may call Check more than once).
+	Repeated
+	// Replay: every step of the kind (with matching args) is consumed.
+	Replay
+	// Mismatch: no step of the kind has the given args digest.
+	Mismatch
+)
+
+// String names the status.
+func (s ConsumeStatus) String() string {
+	switch s {
+	case Consumed:
+		return "consumed"
+	case Repeated:
+		return "repeated"
+	case Replay:
+		return "replay"
+	case Mismatch:
+		return "mismatch"
+	}
+	return "unknown"
+}
+
+// ConsumeRequest asks to consume one step of a preflight.
+type ConsumeRequest struct {
+	Binding *preflight.Binding
+	Kind    string
+	// ArgsDigest, when set, must equal the consumed step's args digest.
+	ArgsDigest string
+	// RequestID is the gated request's x-request-id ("" when absent).
+	RequestID string
+	Time      time.Time
+	// Decision, when set, builds the autonomy.decision frame appended in the
+	// same transaction as the consume.
+	Decision func(ConsumeResult) FrameInput
+}
+
+// ConsumeResult is what a consume did.
+type ConsumeResult struct {
+	Status    ConsumeStatus
+	StepID    string
+	StepIndex int
+}
+
+type consumedRecord struct {
+	RequestID string `json:"request_id"`
+	Seq       uint64 `json:"seq"`
+	At        string `json:"at"`
+}
+
+func consumedKey(preflightID string, step int) []byte {
+	k := make([]byte, 0, len(preflightID)+3)
+	k = append(k, preflightID...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint16(k, uint16(step))
+}
+
+// plan decides, inside tx, what consuming r would do.
+func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
+	b := tx.btx.Bucket(bucketConsumed)
+	free, digestSeen := -1, false
+	for i, s := range r.Binding.Steps {
+		if s.Kind != r.Kind {
+			continue
+		}
+		if r.ArgsDigest != "" && s.ArgsDigest != r.ArgsDigest {
+			continue
+		}
+		digestSeen = true
+		v := b.Get(consumedKey(r.Binding.PreflightID, i))
+		if v == nil {
+			if free < 0 {
+				free = i
+			}
+			continue
+		}
+		if r.RequestID != "" {
+			var rec consumedRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return ConsumeResult{}, ErrCorrupt
+			}
+			if rec.RequestID == r.RequestID {
+				return ConsumeResult{Status: Repeated, StepID: s.ID, StepIndex: i}, nil
+			}
+		}
+	}
+	switch {
+	case free >= 0:
+		return ConsumeResult{Status: Consumed, StepID: r.Binding.Steps[free].ID, StepIndex: free}, nil
+	case !digestSeen:
+		return ConsumeResult{Status: Mismatch, StepIndex: -1}, nil
+	default:
+		return ConsumeResult{Status: Replay, StepIndex: -1}, nil
+	}
+}
+
+// Peek reports, without writing, what Consume would do now.
+func (db *DB) Peek(ctx context.Context, r ConsumeRequest) (ConsumeResult, error) {
+	var res ConsumeResult
+	err := db.View(func(tx *Tx) error {
+		var err error
+		res, err = tx.plan(&r)
+		return err
+	})
+	return res, err
+}
+
+// Consume atomically checks and marks one unconsumed step of the kind as
+// consumed, appending an autonomy.preflight_consumed frame and the decision
+// frame, and returns once both are durable. Of N concurrent consumes of a
+// one-step preflight exactly one gets Consumed.
+func (db *DB) Consume(ctx context.Context, r ConsumeRequest) (ConsumeResult, error) {
+	var res ConsumeResult
+	err := db.Update(ctx, func(tx *Tx) error {
+		var err error
+		res, err = tx.plan(&r)
+		if err != nil {
+			return err
+		}
+		if res.Status == Consumed {
+			f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time,
+				Attrs: map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
+					"tool_kind": r.Kind, "request_id": r.RequestID}})
+			if err != nil {
+				return err
+			}
+			v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp})
+			if err := tx.btx.Bucket(bucketConsumed).Put(consumedKey(r.Binding.PreflightID, res.StepIndex), v); err != nil {
+				return err
+			}
+		}
+		if r.Decision != nil {
+			if _, err := tx.Append(r.Decision(res)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return res, err
+}

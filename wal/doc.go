@@ -1,0 +1,50 @@
+// Package wal is ContractRefine's durable, tamper-evident decision log: the
+// write-ahead log every preflight verdict, tool decision and consumed marker
+// is committed to before the answer that depends on it is sent.
+//
+// # On-disk format
+//
+// The log is one bbolt file (<data-dir>/wal.db) with these buckets:
+//
+//	frames       key: seq as 8-byte big-endian       value: the frame as JSON
+//	audit        key: audit_id 0x00 seq (8-byte BE)  value: empty (frames by audit id)
+//	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE)
+//	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
+//	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
+//	sessions     key: session key (session_id 0x00 plan_hash)  value: attempts so far, 4-byte BE
+//	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
+//	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
+//	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
+//
+// A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.
+// seq starts at 1 and grows by one with every frame. timestamp is RFC 3339
+// with nanoseconds, UTC. attrs is canonical JSON (package internal/canon).
+//
+// # Hash chain
+//
+// The canonical bytes of a frame are the canonical JSON of the frame without
+// its "hash" member:
+//
+//	{"attrs":…,"audit_id":"…","kind":"…","prev_hash":"…","seq":N,"timestamp":"…"}
+//
+// hash is the lowercase hex SHA-256 of prev_hash (as its hex text) followed
+// by those bytes, and prev_hash is the previous frame's hash ("" for seq 1,
+// or the "base" hash once compaction has removed older frames). Changing any
+// byte of a stored frame, removing one, or reordering them breaks the chain,
+// and Verify names the first seq where it breaks.
+//
+// # Durability and group commit
+//
+// Every write goes through one commit loop. Writers queue a function that
+// runs inside a bbolt read-write transaction; the loop takes everything
+// queued since its previous commit, runs it in one transaction and commits
+// it with one fsync, then answers each writer. A lone writer pays exactly one
+// fsync and never waits on a timer; a crowd shares one. If one writer's
+// function fails, its transaction is rolled back and the others are retried
+// without it, so a function may run more than once and must act only through
+// the transaction it is given. A commit that fails fails exactly the writes
+// that were in it.
+//
+// Byte slices read from bbolt are valid only inside the transaction that
+// read them; every accessor in this package copies what it returns.
+package wal

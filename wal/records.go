@@ -1,0 +1,239 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// PreflightRecord is everything written, in one transaction, when a
+// preflight is decided.
+type PreflightRecord struct {
+	Binding preflight.Binding
+	// Decision is the decision JSON exactly as returned to the caller.
+	Decision json.RawMessage
+	Time     time.Time
+	// Attrs are extra frame attributes (request digest, bundle revision, …).
+	Attrs map[string]any
+	// SessionKey, when set, counts one attempt against the repair session.
+	SessionKey string
+	// Idempotency, when set, records the idempotency key.
+	Idempotency *IdempotencyRecord
+}
+
+// IdempotencyRecord remembers which decision an idempotency key produced.
+type IdempotencyRecord struct {
+	Key           string `json:"-"`
+	RequestDigest string `json:"request_digest"`
+	PreflightID   string `json:"preflight_id"`
+}
+
+// preflightAttrs is the attrs of an autonomy.preflight frame.
+type preflightAttrs struct {
+	PreflightID string                `json:"preflight_id"`
+	Outcome     preflight.Outcome     `json:"outcome"`
+	ActorID     string                `json:"actor_id"`
+	Tenant      string                `json:"tenant,omitempty"`
+	ExpiresAt   time.Time             `json:"expires_at"`
+	Steps       []preflight.BoundStep `json:"steps"`
+	Decision    json.RawMessage       `json:"decision"`
+}
+
+// RecordPreflight durably writes the autonomy.preflight frame, the binding
+// index, one session attempt and the idempotency record of a decision.
+func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
+	b := rec.Binding
+	attrs := map[string]any{}
+	for k, v := range rec.Attrs {
+		attrs[k] = v
+	}
+	attrs["preflight_id"] = b.PreflightID
+	attrs["outcome"] = b.Outcome
+	attrs["actor_id"] = b.ActorID
+	if b.Tenant != "" {
+		attrs["tenant"] = b.Tenant
+	}
+	attrs["expires_at"] = b.ExpiresAt.UTC().Format(TimestampFormat)
+	steps := make([]any, len(b.Steps))
+	for i, s := range b.Steps {
+		steps[i] = map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
+	}
+	attrs["steps"] = steps
+	attrs["decision"] = rec.Decision
+	var frame Frame
+	err := db.Update(ctx, func(tx *Tx) error {
+		f, err := tx.Append(FrameInput{Kind: KindPreflight, AuditID: b.AuditID, Time: rec.Time, Attrs: attrs})
+		if err != nil {
+			return err
+		}
+		frame = f
+		if b.PreflightID != "" {
+			k := seqKey(f.Seq)
+			if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), k[:]); err != nil {
+				return err
+			}
+		}
+		if rec.SessionKey != "" {
+			sb := tx.btx.Bucket(bucketSessions)
+			n := sessionCount(sb.Get([]byte(rec.SessionKey)))
+			var v [4]byte
+			binary.BigEndian.PutUint32(v[:], n+1)
+			if err := sb.Put([]byte(rec.SessionKey), v[:]); err != nil {
+				return err
+			}
+		}
+		if rec.Idempotency != nil {
+			v, err := json.Marshal(rec.Idempotency)
+			if err != nil {
+				return err
+			}
+			if err := tx.btx.Bucket(bucketIdempotency).Put([]byte(rec.Idempotency.Key), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return frame, err
+}
+
+func sessionCount(v []byte) uint32 {
+	if len(v) != 4 {
+		return 0
+	}
+	return binary.BigEndian.Uint32(v)
+}
+
+// Binding returns the recorded binding of a preflight id, with its decision JSON.
+func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
+	var b preflight.Binding
+	err := db.View(func(tx *Tx) error {
+		v := tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID))
+		if len(v) != 8 {
+			return ErrNotFound
+		}
+		f, err := tx.Frame(binary.BigEndian.Uint64(v))
+		if err != nil {
+			return err
+		}
+		var a preflightAttrs
+		if err := json.Unmarshal(f.Attrs, &a); err != nil {
+			return fmt.Errorf("%w: preflight frame %d: %v", ErrCorrupt, f.Seq, err)
+		}
+		b = preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
+			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps, Decision: a.Decision}
+		return nil
+	})
+	return b, err
+}
+
+// SessionAttempts returns how many preflights the session has recorded.
+func (db *DB) SessionAttempts(ctx context.Context, key string) (int, error) {
+	var n uint32
+	err := db.View(func(tx *Tx) error {
+		n = sessionCount(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
+		return nil
+	})
+	return int(n), err
+}
+
+// Idempotency returns the record of an idempotency key, or ErrNotFound.
+func (db *DB) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+	var r IdempotencyRecord
+	err := db.View(func(tx *Tx) error {
+		v := tx.btx.Bucket(bucketIdempotency).Get([]byte(key))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &r)
+	})
+	r.Key = key
+	return r, err
+}
+
+// ChainStatus reports whether an autonomy.preflight frame exists under
+// auditID and whether its outcome was pass.
+func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error) {
+	err = db.View(func(tx *Tx) error {
+		return tx.eachAudit(auditID, func(f Frame) (bool, error) {
+			if f.Kind != KindPreflight {
+				return true, nil
+			}
+			var a struct {
+				Outcome preflight.Outcome `json:"outcome"`
+			}
+			if err := json.Unmarshal(f.Attrs, &a); err != nil {
+				return false, fmt.Errorf("%w: frame %d: %v", ErrCorrupt, f.Seq, err)
+			}
+			found, passed = true, a.Outcome == preflight.OutcomePass
+			return false, nil
+		})
+	})
+	return found, passed, err
+}
+
+// AuditFrames returns the autonomy.preflight and autonomy.decision frames
+// under auditID, sorted by timestamp ascending, seq breaking ties.
+func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) {
+	var out []Frame
+	err := db.View(func(tx *Tx) error {
+		return tx.eachAudit(auditID, func(f Frame) (bool, error) {
+			if f.Kind == KindPreflight || f.Kind == KindDecision {
+				out = append(out, f)
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		ti, _ := time.Parse(TimestampFormat, out[i].Timestamp)
+		tj, _ := time.Parse(TimestampFormat, out[j].Timestamp)
+		if !ti.Equal(tj) {
+			return ti.Before(tj)
+		}
+		return out[i].Seq < out[j].Seq
+	})
+	return out, nil
+}
+
+// eachAudit calls fn for every frame under auditID in seq order until fn
+// returns false.
+func (tx *Tx) eachAudit(auditID string, fn func(Frame) (bool, error)) error {
+	prefix := append([]byte(auditID), 0)
+	c := tx.btx.Bucket(bucketAudit).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		if len(k) != len(prefix)+8 {
+			continue
+		}
+		f, err := tx.Frame(binary.BigEndian.Uint64(k[len(prefix):]))
+		if err == ErrNotFound {
+			continue // removed by compaction
+		}
+		if err != nil {
+			return err
+		}
+		more, err := fn(f)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// AppendDecision durably appends one frame, typically an autonomy.decision.
+func (db *DB) AppendDecision(ctx context.Context, in FrameInput) (Frame, error) {
+	var frame Frame
+	err := db.Update(ctx, func(tx *Tx) error {
+		f, err := tx.Append(in)
+		frame = f
+		return err
+	})
+	return frame, err
+}

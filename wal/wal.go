@@ -1,0 +1,367 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	// ErrNotFound reports that the requested record is not in the log.
+	ErrNotFound = errors.New("wal: not found")
+	// ErrClosed reports a write or read after Close.
+	ErrClosed = errors.New("wal: closed")
+	// ErrCorrupt reports a stored record that does not decode.
+	ErrCorrupt = errors.New("wal: corrupt record")
+	// ErrFileGone reports that the log file was removed or replaced while open.
+	ErrFileGone = errors.New("wal: log file removed or replaced while open")
+)
+
+var (
+	bucketFrames      = []byte("frames")
+	bucketAudit       = []byte("audit")
+	bucketPreflights  = []byte("preflights")
+	bucketConsumed    = []byte("consumed")
+	bucketSessions    = []byte("sessions")
+	bucketIdempotency = []byte("idempotency")
+	bucketMeta        = []byte("meta")
+
+	allBuckets = [][]byte{bucketFrames, bucketAudit, bucketPreflights, bucketConsumed,
+		bucketSessions, bucketIdempotency, bucketMeta}
+
+	keyHead = []byte("head")
+	keyBase = []byte("base")
+)
+
+// FileName is the name of the log file inside the data directory.
+const FileName = "wal.db"
+
+// Options configures Open. The zero value is the default.
+type Options struct {
+	// Logger receives commit failures. Nil discards.
+	Logger *slog.Logger
+	// MaxBatch caps how many queued writes share one commit. Zero means 512.
+	MaxBatch int
+	// OpenTimeout bounds the wait for the file lock held by another process.
+	// Zero means one second.
+	OpenTimeout time.Duration
+	// NoSync skips fsync. Only benchmarks that measure the floor use it.
+	NoSync bool
+	// OnCommit, when set, is called after every commit attempt with the
+	// number of writes in it, how long it took and its error.
+	OnCommit func(writes int, took time.Duration, err error)
+}
+
+// DB is an open log.
+type DB struct {
+	bolt   *bolt.DB
+	path   string
+	log    *slog.Logger
+	opts   Options
+	queue  chan *write
+	stop   chan struct{}
+	done   chan struct{}
+	mu     sync.RWMutex // guards closed
+	closed bool
+
+	// head is the newest committed frame; only the commit loop changes it.
+	head chainPoint
+	ino  fileID
+}
+
+type chainPoint struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+type write struct {
+	fn   func(*Tx) error
+	done chan error
+}
+
+// Open opens or creates the log at dir/wal.db.
+func Open(dir string, opts *Options) (*DB, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.OpenTimeout <= 0 {
+		o.OpenTimeout = time.Second
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open wal %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, fmt.Errorf("open wal %s: %w", path, err)
+	}
+	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
+		queue: make(chan *write, 4096), stop: make(chan struct{}), done: make(chan struct{})}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyHead); v != nil {
+			return json.Unmarshal(v, &db.head)
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyBase); v != nil {
+			return json.Unmarshal(v, &db.head)
+		}
+		return nil
+	})
+	if err != nil {
+		bdb.Close()
+		return nil, fmt.Errorf("open wal %s: %w", path, err)
+	}
+	db.ino, _ = statID(path)
+	go db.loop()
+	return db, nil
+}
+
+// Path returns the log file's path.
+func (db *DB) Path() string { return db.path }
+
+// Close stops the commit loop after the writes already queued and closes the
+// file. Writes after Close fail with ErrClosed.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	db.mu.Unlock()
+	close(db.stop)
+	<-db.done
+	return db.bolt.Close()
+}
+
+// Update runs fn in a read-write transaction and returns once the
+// transaction is durable on disk (or failed). Concurrent callers share
+// commits. fn may run more than once (see the package doc) and must not
+// retain the Tx.
+func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+	w := &write{fn: fn, done: make(chan error, 1)}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case db.queue <- w:
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return ctx.Err()
+	}
+	db.mu.RUnlock()
+	// Once queued the write will be committed or failed; wait for it even if
+	// ctx ends, so a caller never answers before knowing what happened.
+	return <-w.done
+}
+
+// View runs fn in a read-only transaction.
+func (db *DB) View(fn func(*Tx) error) error {
+	db.mu.RLock()
+	closed := db.closed
+	db.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+}
+
+func (db *DB) loop() {
+	defer close(db.done)
+	batch := make([]*write, 0, db.opts.MaxBatch)
+	for {
+		var first *write
+		select {
+		case first = <-db.queue:
+		case <-db.stop:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case w := <-db.queue:
+					db.commit([]*write{w})
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < db.opts.MaxBatch {
+			select {
+			case w := <-db.queue:
+				batch = append(batch, w)
+			default:
+				break fill
+			}
+		}
+		db.commit(batch)
+	}
+}
+
+// commit runs the batch in one transaction. A writer whose function fails is
+// answered with its error and the rest are retried without it.
+func (db *DB) commit(batch []*write) {
+	for len(batch) > 0 {
+		start := time.Now()
+		failed := -1
+		var fnErr error
+		head := db.head
+		err := db.bolt.Update(func(btx *bolt.Tx) error {
+			tx := &Tx{btx: btx, head: &head, writing: true}
+			for i, w := range batch {
+				if err := w.fn(tx); err != nil {
+					failed, fnErr = i, err
+					return err
+				}
+			}
+			if tx.appended {
+				b, _ := json.Marshal(head)
+				return btx.Bucket(bucketMeta).Put(keyHead, b)
+			}
+			return nil
+		})
+		if err == nil {
+			err = db.checkFile()
+		}
+		if db.opts.OnCommit != nil {
+			db.opts.OnCommit(len(batch), time.Since(start), err)
+		}
+		switch {
+		case err == nil:
+			db.head = head
+			for _, w := range batch {
+				w.done <- nil
+			}
+			return
+		case failed >= 0 && errors.Is(err, fnErr):
+			batch[failed].done <- fnErr
+			batch = append(batch[:failed:failed], batch[failed+1:]...)
+		default:
+			db.log.Error("wal commit failed", "writes", len(batch), "err", err)
+			for _, w := range batch {
+				w.done <- fmt.Errorf("wal commit: %w", err)
+			}
+			return
+		}
+	}
+}
+
+// checkFile reports ErrFileGone when the file at the log's path is no longer
+// the one this DB has open: writes to an unlinked file would be lost.
+func (db *DB) checkFile() error {
+	id, err := statID(db.path)
+	if err != nil || id != db.ino {
+		return ErrFileGone
+	}
+	return nil
+}
+
+// Probe commits an empty write and reports whether the log can write now.
+func (db *DB) Probe(ctx context.Context) error {
+	return db.Update(ctx, func(tx *Tx) error {
+		return tx.btx.Bucket(bucketMeta).Put([]byte("probe"), []byte{1})
+	})
+}
+
+// Head returns the seq and hash of the newest committed frame.
+func (db *DB) Head() (seq uint64, hash string) {
+	var h chainPoint
+	_ = db.View(func(tx *Tx) error {
+		if v := tx.btx.Bucket(bucketMeta).Get(keyHead); v != nil {
+			return json.Unmarshal(v, &h)
+		}
+		return nil
+	})
+	return h.Seq, h.Hash
+}
+
+// Tx is a transaction on the log, given to Update and View functions.
+type Tx struct {
+	btx      *bolt.Tx
+	head     *chainPoint
+	writing  bool
+	appended bool
+}
+
+// Append adds a frame to the log, assigning its seq and chain hash.
+func (tx *Tx) Append(in FrameInput) (Frame, error) {
+	if !tx.writing {
+		return Frame{}, errors.New("wal: append in a read-only transaction")
+	}
+	attrs, err := encodeAttrs(in.Attrs)
+	if err != nil {
+		return Frame{}, fmt.Errorf("wal: frame attrs: %w", err)
+	}
+	f := Frame{
+		Seq:       tx.head.Seq + 1,
+		Kind:      in.Kind,
+		Timestamp: in.Time.UTC().Format(TimestampFormat),
+		AuditID:   in.AuditID,
+		Attrs:     attrs,
+		PrevHash:  tx.head.Hash,
+	}
+	f.Hash = f.computeHash()
+	b, err := json.Marshal(&f)
+	if err != nil {
+		return Frame{}, err
+	}
+	key := seqKey(f.Seq)
+	if err := tx.btx.Bucket(bucketFrames).Put(key[:], b); err != nil {
+		return Frame{}, err
+	}
+	if f.AuditID != "" {
+		if err := tx.btx.Bucket(bucketAudit).Put(auditKey(f.AuditID, f.Seq), nil); err != nil {
+			return Frame{}, err
+		}
+	}
+	tx.head.Seq, tx.head.Hash = f.Seq, f.Hash
+	tx.appended = true
+	return f, nil
+}
+
+// Frame returns the frame with the given seq.
+func (tx *Tx) Frame(seq uint64) (Frame, error) {
+	key := seqKey(seq)
+	v := tx.btx.Bucket(bucketFrames).Get(key[:])
+	if v == nil {
+		return Frame{}, ErrNotFound
+	}
+	return DecodeFrame(v)
+}
+
+func seqKey(seq uint64) [8]byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k
+}
+
+func auditKey(auditID string, seq uint64) []byte {
+	k := make([]byte, 0, len(auditID)+9)
+	k = append(k, auditID...)
+	k = append(k, 0)
+	s := seqKey(seq)
+	return append(k, s[:]...)
+}

@@ -1,0 +1,381 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+var t0 = time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
+
+func openTest(t testing.TB, opts *Options) *DB {
+	t.Helper()
+	db, err := Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func testBinding(id string, kinds ...string) preflight.Binding {
+	b := preflight.Binding{PreflightID: id, AuditID: "au_" + id, Outcome: preflight.OutcomePass,
+		ActorID: "user:example", ExpiresAt: t0.Add(5 * time.Minute)}
+	for i, k := range kinds {
+		b.Steps = append(b.Steps, preflight.BoundStep{ID: fmt.Sprintf("s%d", i+1), Kind: k, ArgsDigest: "sha256:" + k})
+	}
+	return b
+}
+
+func record(t testing.TB, db *DB, b preflight.Binding) Frame {
+	t.Helper()
+	f, err := db.RecordPreflight(context.Background(), PreflightRecord{Binding: b,
+		Decision: json.RawMessage(`{"outcome":"` + string(b.Outcome) + `"}`), Time: t0,
+		SessionKey: "session:001\x00plan-1", Idempotency: &IdempotencyRecord{Key: "t\x00idem-" + b.PreflightID, RequestDigest: "sha256:r", PreflightID: b.PreflightID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestRecordAndLookUp(t *testing.T) {
+	db := openTest(t, nil)
+	ctx := context.Background()
+	b := testBinding("pf_one", "tool.echo")
+	f := record(t, db, b)
+	if f.Seq != 1 || f.PrevHash != "" || len(f.Hash) != 64 {
+		t.Fatalf("first frame: %+v", f)
+	}
+	got, err := db.Binding(ctx, "pf_one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.AuditID != "au_pf_one" || got.ActorID != "user:example" || !got.ExpiresAt.Equal(b.ExpiresAt) ||
+		len(got.Steps) != 1 || got.Steps[0] != b.Steps[0] || string(got.Decision) != `{"outcome":"pass"}` {
+		t.Fatalf("binding = %+v", got)
+	}
+	if _, err := db.Binding(ctx, "pf_unknown"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if n, _ := db.SessionAttempts(ctx, "session:001\x00plan-1"); n != 1 {
+		t.Fatalf("session attempts = %d", n)
+	}
+	rec, err := db.Idempotency(ctx, "t\x00idem-pf_one")
+	if err != nil || rec.PreflightID != "pf_one" {
+		t.Fatalf("idempotency = %+v, %v", rec, err)
+	}
+	found, passed, err := db.ChainStatus(ctx, "au_pf_one")
+	if err != nil || !found || !passed {
+		t.Fatalf("chain status = %v %v %v", found, passed, err)
+	}
+	if found, _, _ := db.ChainStatus(ctx, "au_missing"); found {
+		t.Fatal("missing audit id found")
+	}
+}
+
+func TestConsumeExactlyOnceUnderConcurrency(t *testing.T) {
+	db := openTest(t, nil)
+	b := testBinding("pf_race", "tool.shell")
+	record(t, db, b)
+	var consumed, replays atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := db.Consume(context.Background(), ConsumeRequest{Binding: &b, Kind: "tool.shell",
+				RequestID: fmt.Sprintf("req-%d", i), Time: t0,
+				Decision: func(r ConsumeResult) FrameInput {
+					return FrameInput{Kind: KindDecision, AuditID: b.AuditID, Time: t0, Attrs: map[string]any{"status": r.Status.String()}}
+				}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			switch res.Status {
+			case Consumed:
+				consumed.Add(1)
+			case Replay:
+				replays.Add(1)
+			default:
+				t.Errorf("status %v", res.Status)
+			}
+		}()
+	}
+	wg.Wait()
+	if consumed.Load() != 1 || replays.Load() != 63 {
+		t.Fatalf("consumed %d, replays %d; want 1 and 63", consumed.Load(), replays.Load())
+	}
+	frames, err := db.AuditFrames(context.Background(), b.AuditID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One preflight frame and 64 decision frames; the consumed marker is not part of the join.
+	if len(frames) != 65 || frames[0].Kind != KindPreflight {
+		t.Fatalf("audit join has %d frames, first %s", len(frames), frames[0].Kind)
+	}
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK() || rep.Frames != 66 {
+		t.Fatalf("verify = %+v, %v", rep, err)
+	}
+}
+
+func TestConsumeStatuses(t *testing.T) {
+	ctx := context.Background()
+	tests := map[string]struct {
+		kinds  []string
+		prior  []ConsumeRequest
+		req    ConsumeRequest
+		status ConsumeStatus
+		stepID string
+	}{
+		"first consume":             {kinds: []string{"a"}, req: ConsumeRequest{Kind: "a", RequestID: "r1"}, status: Consumed, stepID: "s1"},
+		"second step of same kind":  {kinds: []string{"a", "a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r2"}, status: Consumed, stepID: "s2"},
+		"replay":                    {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r2"}, status: Replay},
+		"replay without request id": {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a"}}, req: ConsumeRequest{Kind: "a"}, status: Replay},
+		"same request id repeats":   {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1"}, status: Repeated, stepID: "s1"},
+		"digest matches":            {kinds: []string{"a"}, req: ConsumeRequest{Kind: "a", ArgsDigest: "sha256:a"}, status: Consumed, stepID: "s1"},
+		"digest differs":            {kinds: []string{"a"}, req: ConsumeRequest{Kind: "a", ArgsDigest: "sha256:other"}, status: Mismatch},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			db := openTest(t, nil)
+			b := testBinding("pf_x", tc.kinds...)
+			record(t, db, b)
+			for _, p := range tc.prior {
+				p.Binding, p.Time = &b, t0
+				if _, err := db.Consume(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.req.Binding, tc.req.Time = &b, t0
+			peek, err := db.Peek(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := db.Consume(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.status || res.StepID != tc.stepID || peek != res {
+				t.Fatalf("consume = %+v (peek %+v), want %v %q", res, peek, tc.status, tc.stepID)
+			}
+		})
+	}
+}
+
+func TestConsumedSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testBinding("pf_reopen", "tool.shell")
+	record(t, db, b)
+	if res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.shell", RequestID: "r1", Time: t0}); err != nil || res.Status != Consumed {
+		t.Fatalf("consume: %+v %v", res, err)
+	}
+	db.Close()
+	db, err = Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.shell", RequestID: "r2", Time: t0})
+	if err != nil || res.Status != Replay {
+		t.Fatalf("after reopen: %+v %v", res, err)
+	}
+	// The chain continues across the reopen.
+	f, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: b.AuditID, Time: t0})
+	if err != nil || f.Seq != 3 {
+		t.Fatalf("append after reopen: seq %d, %v", f.Seq, err)
+	}
+	if rep, _ := db.Verify(ctx); !rep.OK() {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
+
+func TestAuditFramesOrder(t *testing.T) {
+	db := openTest(t, nil)
+	ctx := context.Background()
+	b := testBinding("pf_order", "tool.echo")
+	record(t, db, b)
+	// Appended later but timestamped earlier: the join sorts by timestamp.
+	for _, at := range []time.Time{t0.Add(2 * time.Second), t0.Add(time.Second), t0.Add(time.Second)} {
+		if _, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: b.AuditID, Time: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.AppendDecision(ctx, FrameInput{Kind: KindConsumed, AuditID: b.AuditID, Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := db.AuditFrames(ctx, b.AuditID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, f := range frames {
+		seqs = append(seqs, f.Seq)
+	}
+	if fmt.Sprint(seqs) != "[1 3 4 2]" {
+		t.Fatalf("join order %v, want [1 3 4 2]", seqs)
+	}
+}
+
+func TestVerifyNamesFirstTamperedSeq(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: "au_t", Time: t0,
+			Attrs: map[string]any{"outcome": "deny", "n": i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, _ := db.Verify(ctx); !rep.OK() || rep.Frames != 5 {
+		t.Fatalf("clean log: %+v", rep)
+	}
+	db.Close()
+
+	// Edit frame 3's bytes in the file itself: "n":2 becomes "n":7.
+	path := filepath.Join(dir, FileName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := []byte(`{"n":2,"outcome":"deny"}`)
+	// bbolt may keep stale copies of a page on its freelist; edit every copy.
+	if bytes.Count(raw, old) == 0 {
+		t.Fatal("frame 3 attrs not found in the file")
+	}
+	raw = bytes.ReplaceAll(raw, old, []byte(`{"n":7,"outcome":"deny"}`))
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rep, err := db.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.BadSeq != 3 {
+		t.Fatalf("verify after tamper = %+v, want bad seq 3", rep)
+	}
+}
+
+func TestClosedFailsWrites(t *testing.T) {
+	db, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := db.AppendDecision(context.Background(), FrameInput{Kind: KindDecision, Time: t0}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if _, err := db.Binding(context.Background(), "x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read after close: %v", err)
+	}
+}
+
+func TestFailedWriteDoesNotFailOthers(t *testing.T) {
+	db := openTest(t, nil)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = db.Update(ctx, func(tx *Tx) error {
+				if _, err := tx.Append(FrameInput{Kind: KindDecision, Time: t0, Attrs: map[string]any{"i": i}}); err != nil {
+					return err
+				}
+				if i == 7 {
+					return boom
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == 7 && !errors.Is(err, boom) || i != 7 && err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	rep, _ := db.Verify(ctx)
+	if !rep.OK() || rep.Frames != 15 {
+		t.Fatalf("verify = %+v, want 15 frames and an intact chain", rep)
+	}
+}
+
+func TestFileRemovedFailsCommits(t *testing.T) {
+	db := openTest(t, nil)
+	if err := os.Remove(db.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Probe(context.Background()); !errors.Is(err, ErrFileGone) {
+		t.Fatalf("probe after remove: %v", err)
+	}
+}
+
+func TestGroupCommitSharesCommits(t *testing.T) {
+	var commits, writes atomic.Int64
+	db := openTest(t, &Options{OnCommit: func(n int, _ time.Duration, _ error) { commits.Add(1); writes.Add(int64(n)) }})
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if _, err := db.AppendDecision(context.Background(), FrameInput{Kind: KindDecision, Time: t0}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if writes.Load() != 64*20 {
+		t.Fatalf("writes %d", writes.Load())
+	}
+	if commits.Load() >= writes.Load() {
+		t.Fatalf("%d commits for %d writes: no commit was shared", commits.Load(), writes.Load())
+	}
+	t.Logf("%d writes in %d commits", writes.Load(), commits.Load())
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"kind":"autonomy.decision","timestamp":"2026-06-23T14:29:00Z","audit_id":"au","attrs":{},"prev_hash":"","hash":"` + string(bytes.Repeat([]byte("a"), 64)) + `"}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := DecodeFrame(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if fr.Seq == 0 || fr.Kind == "" || len(fr.Hash) != 64 {
+			t.Fatalf("accepted incomplete frame %+v", fr)
+		}
+		_ = fr.computeHash()
+	})
+}
