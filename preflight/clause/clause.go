@@ -1,0 +1,303 @@
+package clause
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// DefaultCostLimit is the CEL runtime cost one clause evaluation may spend
+// when Options.CostLimit is zero. It admits a simple comprehension such as
+// args.items.all(i, i.usd > 0) over about a thousand elements, and stops
+// anything larger before it stalls the gate.
+const DefaultCostLimit uint64 = 10000
+
+// Clause list names, as they appear in the bundle and in Problem.Clause.
+const (
+	Preconditions  = "preconditions"
+	Invariants     = "invariants"
+	Postconditions = "postconditions"
+)
+
+// Reason codes of a ClauseViolation (SPEC §7).
+const (
+	ReasonPrecondition = "clause: precondition_violated"
+	ReasonInvariant    = "clause: invariant_violated"
+)
+
+// Options configures Compile. The zero value uses the defaults.
+type Options struct {
+	// CostLimit bounds the CEL runtime cost of one clause evaluation; an
+	// evaluation that exceeds it is a violation. Zero means DefaultCostLimit.
+	CostLimit uint64
+}
+
+// Set holds the compiled clauses of a bundle. It is immutable after Compile
+// and safe for concurrent use; a nil *Set has no clauses.
+type Set struct {
+	contracts map[string]*contract
+	compiled  int
+}
+
+var _ preflight.ClauseChecker = (*Set)(nil)
+
+// contract is one capability's compiled contract.
+type contract struct {
+	enforced       bool
+	message        string
+	checks         []check // preconditions, then invariants, in declared order
+	postconditions []string
+}
+
+// check is one precondition or invariant, ready to evaluate.
+type check struct {
+	clause     string // "precondition" or "invariant"
+	reason     string
+	index      int
+	expression string
+	program    cel.Program
+	bindings   []binding
+}
+
+// Compile parses and type-checks every clause of every capability, and
+// prepares the preconditions and invariants for evaluation. All problems in
+// the bundle are returned together as one *CompileError.
+func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
+	costLimit := opts.CostLimit
+	if costLimit == 0 {
+		costLimit = DefaultCostLimit
+	}
+	argsEnv, err := cel.NewEnv(
+		cel.Variable(argsVar, cel.MapType(cel.StringType, cel.DynType)),
+		cel.CrossTypeNumericComparisons(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("clause: build CEL environment: %w", err)
+	}
+	// old(...) is declared without an implementation: postconditions are
+	// type-checked but never turned into programs until a response hook exists.
+	postEnv, err := argsEnv.Extend(
+		cel.Variable("result", cel.DynType),
+		cel.Function("old", cel.Overload("old_dyn", []*cel.Type{cel.DynType}, cel.DynType)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("clause: build CEL postcondition environment: %w", err)
+	}
+
+	s := &Set{contracts: map[string]*contract{}}
+	var problems []Problem
+	for _, kind := range slices.Sorted(maps.Keys(caps)) {
+		spec := caps[kind].Contract
+		if spec == nil {
+			continue
+		}
+		c := &contract{
+			enforced:       spec.Validate == nil || *spec.Validate,
+			message:        spec.Message,
+			postconditions: slices.Clone(spec.Postconditions),
+		}
+		lists := []struct {
+			name, singular, reason string
+			exprs                  []string
+			env                    *cel.Env
+		}{
+			{Preconditions, "precondition", ReasonPrecondition, spec.Preconditions, argsEnv},
+			{Invariants, "invariant", ReasonInvariant, spec.Invariants, argsEnv},
+			{Postconditions, "postcondition", "", spec.Postconditions, postEnv},
+		}
+		for _, l := range lists {
+			for i, expr := range l.exprs {
+				at := Problem{Kind: kind, Clause: l.name, Index: i, Expression: expr}
+				ast, found := compileBool(l.env, expr, at)
+				if len(found) > 0 {
+					problems = append(problems, found...)
+					continue
+				}
+				s.compiled++
+				if l.name == Postconditions {
+					continue
+				}
+				prg, err := l.env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
+				if err != nil {
+					at.Message = "prepare program: " + err.Error()
+					problems = append(problems, at)
+					continue
+				}
+				c.checks = append(c.checks, check{
+					clause:     l.singular,
+					reason:     l.reason,
+					index:      i,
+					expression: expr,
+					program:    prg,
+					bindings:   bindings(ast.NativeRep().Expr()),
+				})
+			}
+		}
+		s.contracts[kind] = c
+	}
+	if len(problems) > 0 {
+		slices.SortStableFunc(problems, compareProblems)
+		return nil, &CompileError{Problems: problems}
+	}
+	return s, nil
+}
+
+// compileBool compiles expr in env and requires a bool result. It returns
+// the checked AST, or the problems found, each a copy of at with its
+// position and message filled in.
+func compileBool(env *cel.Env, expr string, at Problem) (*cel.Ast, []Problem) {
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		var out []Problem
+		for _, e := range iss.Errors() {
+			p := at
+			if line := e.Location.Line(); line > 0 {
+				p.Line, p.Column = line, e.Location.Column()+1
+			}
+			p.Message = e.Message
+			out = append(out, p)
+		}
+		return nil, out
+	}
+	if out := ast.OutputType(); !out.IsExactType(types.BoolType) {
+		p := at
+		p.Line, p.Column = startOf(expr)
+		p.Message = fmt.Sprintf("clause must evaluate to bool, found %s", out)
+		if out.IsExactType(types.DynType) {
+			p.Message += " (compare explicitly, e.g. == true)"
+		}
+		return nil, []Problem{p}
+	}
+	return ast, nil
+}
+
+// startOf returns the 1-based line and column of the first non-space
+// character of expr, where a type problem with the whole clause is reported.
+func startOf(expr string) (line, column int) {
+	line, column = 1, 1
+	for _, r := range expr {
+		switch {
+		case r == '\n':
+			line, column = line+1, 1
+		case unicode.IsSpace(r):
+			column++
+		default:
+			return line, column
+		}
+	}
+	return 1, 1
+}
+
+// clauseRank orders clause lists as a contract declares them.
+var clauseRank = map[string]int{Preconditions: 0, Invariants: 1, Postconditions: 2}
+
+func compareProblems(a, b Problem) int {
+	return cmp.Or(
+		strings.Compare(a.Kind, b.Kind),
+		cmp.Compare(clauseRank[a.Clause], clauseRank[b.Clause]),
+		cmp.Compare(a.Index, b.Index),
+		cmp.Compare(a.Line, b.Line),
+		cmp.Compare(a.Column, b.Column),
+	)
+}
+
+// Check evaluates kind's preconditions, then its invariants, on args and
+// returns every clause that did not hold. A clause that cannot be evaluated
+// (missing field, wrong type, cost limit) is a violation too. A kind with no
+// contract, or one marked validate: false, returns nil.
+func (s *Set) Check(kind string, args map[string]any) []preflight.ClauseViolation {
+	c := s.contract(kind)
+	if c == nil || !c.enforced || len(c.checks) == 0 {
+		return nil
+	}
+	norm, _ := normalize(args).(map[string]any)
+	if norm == nil {
+		norm = map[string]any{}
+	}
+	activation := map[string]any{argsVar: norm}
+	var out []preflight.ClauseViolation
+	for _, ck := range c.checks {
+		msg, ok := ck.eval(activation, norm, c.message)
+		if ok {
+			continue
+		}
+		out = append(out, preflight.ClauseViolation{
+			Kind:       kind,
+			Clause:     ck.clause,
+			Index:      ck.index,
+			Expression: ck.expression,
+			Message:    msg,
+			Reason:     ck.reason,
+		})
+	}
+	return out
+}
+
+// eval runs one clause. It reports ok only when the clause evaluated to
+// true; otherwise msg says why. The contract's message replaces the default
+// for a false clause but not for an evaluation error, which the operator
+// needs to see to fix the bundle or the caller.
+func (ck *check) eval(activation map[string]any, args map[string]any, override string) (msg string, ok bool) {
+	val, _, err := ck.program.Eval(activation)
+	if err != nil {
+		return fmt.Sprintf("%s could not be evaluated: %s: %v%s", ck.clause, ck.expression, err, describe(ck.bindings, args, true)), false
+	}
+	held, isBool := val.Value().(bool)
+	if !isBool {
+		return fmt.Sprintf("%s could not be evaluated: %s: result is %s, not bool%s", ck.clause, ck.expression, val.Type().TypeName(), describe(ck.bindings, args, true)), false
+	}
+	if held {
+		return "", true
+	}
+	if override != "" {
+		return override, false
+	}
+	return fmt.Sprintf("%s violated: %s%s", ck.clause, ck.expression, describe(ck.bindings, args, false)), false
+}
+
+func (s *Set) contract(kind string) *contract {
+	if s == nil {
+		return nil
+	}
+	return s.contracts[kind]
+}
+
+// HasContract reports whether kind declares a contract block, enforced or
+// not.
+func (s *Set) HasContract(kind string) bool {
+	return s.contract(kind) != nil
+}
+
+// Enforced reports whether Check evaluates kind's clauses: it has a
+// contract that is not validate: false.
+func (s *Set) Enforced(kind string) bool {
+	c := s.contract(kind)
+	return c != nil && c.enforced
+}
+
+// Postconditions returns kind's declared postconditions, for reporting
+// them as accepted but not enforced. The caller owns the slice.
+func (s *Set) Postconditions(kind string) []string {
+	c := s.contract(kind)
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.postconditions)
+}
+
+// Len returns the number of compiled clauses of every kind, including
+// postconditions and those of validate: false contracts.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return s.compiled
+}

@@ -1,0 +1,37 @@
+package clause_test
+
+import (
+	"fmt"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/clause"
+)
+
+func ExampleCompile() {
+	caps := map[string]preflight.Capability{
+		"account.withdraw": {Contract: &preflight.ContractSpec{
+			Preconditions:  []string{"args.amount > 0", "args.amount <= args.account.balance"},
+			Invariants:     []string{"args.account.balance >= 0"},
+			Postconditions: []string{"result.account.balance == old(args.account.balance) - args.amount"},
+		}},
+	}
+	set, err := clause.Compile(caps, clause.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	args := map[string]any{"amount": 150.0, "account": map[string]any{"balance": 100.0}}
+	for _, v := range set.Check("account.withdraw", args) {
+		fmt.Println(v.Reason, "|", v.Message)
+	}
+	fmt.Println("not enforced:", set.Postconditions("account.withdraw"))
+
+	_, err = clause.Compile(map[string]preflight.Capability{
+		"account.withdraw": {Contract: &preflight.ContractSpec{Preconditions: []string{"args.amount >> 0"}}},
+	}, clause.Options{})
+	fmt.Println(err != nil)
+	// Output:
+	// clause: precondition_violated | precondition violated: args.amount <= args.account.balance (args.amount = 150, args.account.balance = 100)
+	// not enforced: [result.account.balance == old(args.account.balance) - args.amount]
+	// true
+}
