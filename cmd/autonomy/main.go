@@ -1,5 +1,7 @@
 // Command autonomy is the ContractRefine service: a preflight verifier and an
-// Envoy ext_authz server in one binary.
+// Envoy ext_authz gate in one binary. See `autonomy --help`.
 package main
 
-func main() {}
+import "github.com/contractrefine/autonomy/internal/cli"
+
+func main() { cli.Run() }

@@ -1,0 +1,406 @@
+package binding
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// Mode is contract_refine.mode.
+type Mode string
+
+// Modes of SPEC §4.
+const (
+	ModeDisabled Mode = "disabled"
+	ModeAdvisory Mode = "advisory"
+	ModeEnforce  Mode = "enforce"
+)
+
+// Header names of SPEC §5.
+const (
+	HeaderPreflightID     = "x-autonomy-preflight-id"
+	HeaderRequestID       = "x-request-id"
+	HeaderAuditID         = "x-autonomy-audit-id"
+	HeaderAdvisoryReason  = "x-autonomy-advisory-reason"
+	DefaultCacheTTL       = 60 * time.Second
+	DefaultCacheSize      = 100000
+	defaultGatePath       = "/v1/tool"
+	reasonPolicyAllowed   = "policy: allowed"
+	reasonMalformedCall   = "gate: malformed_tool_call"
+	reasonVerifierMissing = preflight.ReasonVerifierUnavailable
+)
+
+var idShape = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+
+// Policy is the loaded bundle as the gate sees it.
+type Policy interface {
+	Governance() *preflight.Governance
+	Clauses() preflight.ClauseChecker
+	// Allow evaluates the operator's policy; reason is set on a deny.
+	Allow(ctx context.Context, input map[string]any) (allowed bool, reason string, err error)
+	Revision() string
+}
+
+// Store is the durable state the gate reads and writes.
+type Store interface {
+	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
+	Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
+	Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
+	AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Frame, error)
+}
+
+var _ Store = (*wal.DB)(nil)
+
+// Observer is told what the gate did; metrics implement it. Methods must be
+// cheap and safe for concurrent use.
+type Observer interface {
+	CacheLookup(hit bool)
+	CacheEvicted()
+	GateDecision(d *Decision, took time.Duration)
+}
+
+// Options configures a Gate. Zero values mean the defaults.
+type Options struct {
+	Store Store
+	// Policy returns the current bundle; it is called once per check.
+	Policy func() Policy
+	Mode   Mode
+	// Path is the gated path (default /v1/tool); KindPointer and ArgsPointer
+	// locate the tool kind and args in the JSON body (default /kind, /args).
+	Path        string
+	KindPointer string
+	ArgsPointer string
+	// KindHeader, when set, names the header carrying the tool kind of a
+	// gated request that has no body.
+	KindHeader string
+	// ActorHeader, when set, names the header carrying the caller identity.
+	ActorHeader string
+	// CacheTTL is the binding-cache TTL ceiling (at most 60 s).
+	CacheTTL  time.Duration
+	CacheSize int
+	// StoreRawRequests keeps the raw args in decision frames.
+	StoreRawRequests bool
+	Now              func() time.Time
+	// NewID returns a fresh audit id for calls not bound to a preflight.
+	NewID    func() string
+	Logger   *slog.Logger
+	Observer Observer
+}
+
+// Gate runs the decision for gated requests. It is safe for concurrent use.
+type Gate struct {
+	o     Options
+	cache *expirable.LRU[string, *entry]
+}
+
+// entry is a cached binding. until is when the entry stops being served:
+// min(TTL ceiling, the binding's expiry).
+type entry struct {
+	b        preflight.Binding
+	decision any
+	until    time.Time
+}
+
+// New returns a Gate.
+func New(o Options) *Gate {
+	if o.Path == "" {
+		o.Path = defaultGatePath
+	}
+	if o.KindPointer == "" {
+		o.KindPointer = "/kind"
+	}
+	if o.ArgsPointer == "" {
+		o.ArgsPointer = "/args"
+	}
+	if o.CacheTTL <= 0 || o.CacheTTL > DefaultCacheTTL {
+		o.CacheTTL = DefaultCacheTTL
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.Mode == "" {
+		o.Mode = ModeAdvisory
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	o.KindHeader = strings.ToLower(o.KindHeader)
+	o.ActorHeader = strings.ToLower(o.ActorHeader)
+	g := &Gate{o: o}
+	var onEvict func(string, *entry)
+	if o.Observer != nil {
+		onEvict = func(string, *entry) { o.Observer.CacheEvicted() }
+	}
+	g.cache = expirable.NewLRU[string, *entry](o.CacheSize, onEvict, o.CacheTTL)
+	return g
+}
+
+// Mode returns the gate's mode.
+func (g *Gate) Mode() Mode { return g.o.Mode }
+
+// Request is one request as the proxy saw it.
+type Request struct {
+	Method string
+	// Path is the request path, with any query string.
+	Path string
+	// Headers has lower-case names.
+	Headers map[string]string
+	Body    []byte
+	// BodyErr, when set, says the body could not be read whole; the gate
+	// denies a gated call it cannot read.
+	BodyErr error
+	// Principal is the mTLS peer principal, when there is one.
+	Principal string
+}
+
+// Decision is the gate's answer.
+type Decision struct {
+	Allowed bool
+	// Status is 200 for an allow, 403 for a deny, 503 when the gate could
+	// not decide.
+	Status int
+	// Reason is "<layer>: <subreason>".
+	Reason  string
+	AuditID string
+	Mode    Mode
+	// AdvisoryReason is the contract failure recorded but not enforced.
+	AdvisoryReason string
+	Gated          bool
+	PreflightID    string
+	ToolKind       string
+	StepID         string
+	RequestID      string
+}
+
+// Code returns the subreason, the stable error code of a deny.
+func (d *Decision) Code() string {
+	_, sub, _ := strings.Cut(d.Reason, ": ")
+	return sub
+}
+
+// DenyBody is the JSON body of a deny (SPEC §5.5).
+func (d *Decision) DenyBody() []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"code": d.Code(), "reason": d.Reason, "audit_id": d.AuditID}})
+	return b
+}
+
+// UpstreamHeaders are the headers added to an allowed request.
+func (d *Decision) UpstreamHeaders() map[string]string {
+	h := map[string]string{HeaderAuditID: d.AuditID}
+	if d.AdvisoryReason != "" {
+		h[HeaderAdvisoryReason] = d.AdvisoryReason
+	}
+	return h
+}
+
+// call is what the gate works out about one request.
+type call struct {
+	req       *Request
+	gated     bool
+	kind      string
+	args      any
+	argsMap   map[string]any
+	identity  string
+	requestID string
+	headerID  string
+	hasHeader bool
+	bound     *entry
+	contract  string // first contract failure reason
+	status    int    // 503 when the ladder could not decide
+	errDetail error
+	digest    string
+}
+
+// Check decides one request. It never returns an allow when something went
+// wrong: errors and panics become a 503 deny.
+func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
+	start := time.Now()
+	now := g.o.Now()
+	d = Decision{Mode: g.o.Mode, RequestID: r.Headers[HeaderRequestID]}
+	defer func() {
+		if p := recover(); p != nil {
+			g.o.Logger.Error("gate check panicked; denying", "panic", fmt.Sprint(p))
+			d = g.unavailable(d)
+		}
+		if g.o.Observer != nil {
+			g.o.Observer.GateDecision(&d, time.Since(start))
+		}
+	}()
+	pol := g.o.Policy()
+	if pol == nil {
+		return g.unavailable(d)
+	}
+	c := &call{req: r, requestID: d.RequestID}
+	c.identity = g.identity(r)
+	c.gated = r.Method == http.MethodPost && pathOnly(r.Path) == g.o.Path
+	d.Gated = c.gated
+	if c.gated {
+		if err := g.readCall(c); err != nil {
+			c.contract = reasonMalformedCall
+			c.errDetail = err
+		}
+	}
+	d.ToolKind = c.kind
+	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
+		g.ladder(ctx, c, pol.Governance(), now)
+		if c.status == http.StatusServiceUnavailable {
+			g.o.Logger.Error("gate cannot read bindings; denying", "err", c.errDetail)
+			d.AuditID = g.auditID(c)
+			return g.unavailable(d)
+		}
+		if c.contract == "" {
+			if vs := pol.Clauses().Check(c.kind, c.argsMap); len(vs) > 0 {
+				c.contract = vs[0].Reason
+			}
+		}
+	}
+	if c.bound != nil {
+		d.PreflightID = c.bound.b.PreflightID
+	}
+	d.AuditID = g.auditID(c)
+
+	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || c.contract == reasonMalformedCall)
+	if enforceContract {
+		d.Status, d.Reason = http.StatusForbidden, c.contract
+		return g.record(ctx, c, d, now)
+	}
+	if c.contract != "" {
+		d.AdvisoryReason = c.contract
+	}
+	allowed, reason, err := pol.Allow(ctx, g.policyInput(c))
+	if err != nil {
+		g.o.Logger.Error("policy evaluation failed; denying", "audit_id", d.AuditID, "err", err)
+		return g.record(ctx, c, g.unavailable(d), now)
+	}
+	if !allowed {
+		d.Status, d.Reason = http.StatusForbidden, reason
+		return g.record(ctx, c, d, now)
+	}
+	d.Allowed, d.Status = true, http.StatusOK
+	d.Reason = reasonPolicyAllowed
+	if c.bound != nil && c.contract == "" {
+		d.Reason = preflight.ReasonPassed
+		return g.consume(ctx, c, d, now)
+	}
+	return g.record(ctx, c, d, now)
+}
+
+// unavailable turns d into the fail-closed answer.
+func (g *Gate) unavailable(d Decision) Decision {
+	d.Allowed, d.Status, d.Reason = false, http.StatusServiceUnavailable, reasonVerifierMissing
+	return d
+}
+
+func (g *Gate) identity(r *Request) string {
+	if g.o.ActorHeader != "" {
+		if v := r.Headers[g.o.ActorHeader]; v != "" {
+			return v
+		}
+	}
+	return r.Principal
+}
+
+func (g *Gate) auditID(c *call) string {
+	if c.bound != nil {
+		return c.bound.b.AuditID
+	}
+	if g.o.NewID != nil {
+		return g.o.NewID()
+	}
+	return ""
+}
+
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+var errNoKind = errors.New("no tool kind in the request")
+
+// readCall takes the tool kind and args from the JSON body, or the kind from
+// the configured header when the request has no body.
+func (g *Gate) readCall(c *call) error {
+	if c.req.BodyErr != nil {
+		return c.req.BodyErr
+	}
+	body := c.req.Body
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if g.o.KindHeader == "" {
+			return errNoKind
+		}
+		c.kind = c.req.Headers[g.o.KindHeader]
+		if c.kind == "" {
+			return errNoKind
+		}
+		c.argsMap = map[string]any{}
+		c.args = c.argsMap
+		return nil
+	}
+	doc, err := canon.Parse(body)
+	if err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	kind, ok := lookupPointer(doc, g.o.KindPointer)
+	if s, isString := kind.(string); ok && isString && s != "" {
+		c.kind = s
+	} else {
+		return errNoKind
+	}
+	args, ok := lookupPointer(doc, g.o.ArgsPointer)
+	if !ok || args == nil {
+		args = map[string]any{}
+	}
+	m, isMap := args.(map[string]any)
+	if !isMap {
+		return errors.New("args is not a JSON object")
+	}
+	c.args, c.argsMap = args, m
+	return nil
+}
+
+// lookupPointer resolves an RFC 6901 JSON Pointer in a decoded document.
+func lookupPointer(doc any, ptr string) (any, bool) {
+	if ptr == "" {
+		return doc, true
+	}
+	cur := doc
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch v := cur.(type) {
+		case map[string]any:
+			next, ok := v[tok]
+			if !ok {
+				return nil, false
+			}
+			cur = next
+		case []any:
+			var i int
+			if _, err := fmt.Sscanf(tok, "%d", &i); err != nil || i < 0 || i >= len(v) || fmt.Sprint(i) != tok {
+				return nil, false
+			}
+			cur = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}

@@ -1,0 +1,229 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// ladder runs rungs 1 to 6. It sets c.contract to the first failure, c.bound
+// when the header resolved, and c.status to 503 when it could not decide.
+func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, now time.Time) {
+	c.headerID, c.hasHeader = c.req.Headers[HeaderPreflightID]
+	if !c.hasHeader {
+		if gov.RequiresPreflight(c.kind) {
+			c.contract = preflight.ReasonPreflightRequired
+		}
+		return
+	}
+	if !idShape.MatchString(c.headerID) {
+		c.contract = preflight.ReasonPreflightRequired
+		return
+	}
+	e, err := g.lookup(ctx, c.headerID, now)
+	if errors.Is(err, wal.ErrNotFound) {
+		c.contract = preflight.ReasonPreflightRequired
+		return
+	}
+	if err != nil {
+		c.status, c.errDetail = http.StatusServiceUnavailable, err
+		return
+	}
+	c.bound = e
+	b := &e.b
+	if !b.Admits(c.kind) || (c.identity != "" && c.identity != b.ActorID) {
+		c.contract = preflight.ReasonBindingMismatch
+		return
+	}
+	capability, _ := gov.Capability(c.kind)
+	if capability.BindArguments {
+		d, err := canon.Digest(c.argsMap)
+		if err != nil {
+			c.contract = preflight.ReasonBindingMismatch
+			return
+		}
+		c.digest = d
+	}
+	if !now.Before(b.ExpiresAt) {
+		c.contract = preflight.ReasonExpired
+		return
+	}
+	res, err := g.o.Store.Peek(ctx, g.consumeRequest(c, now))
+	if err != nil {
+		c.status, c.errDetail = http.StatusServiceUnavailable, err
+		return
+	}
+	switch res.Status {
+	case wal.Mismatch:
+		c.contract = preflight.ReasonBindingMismatch
+	case wal.Replay:
+		c.contract = preflight.ReasonReplay
+	}
+}
+
+// lookup finds a binding in the cache, then in the store. A cache entry is
+// served until min(TTL ceiling, the binding's expiry); evicting it changes
+// no answer, since consumption is always checked in the store.
+func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, error) {
+	if e, ok := g.cache.Get(id); ok {
+		if now.Before(e.until) {
+			g.observeCache(true)
+			return e, nil
+		}
+		g.cache.Remove(id)
+	}
+	g.observeCache(false)
+	b, err := g.o.Store.Binding(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{b: b, until: now.Add(g.o.CacheTTL)}
+	if b.ExpiresAt.Before(e.until) {
+		e.until = b.ExpiresAt
+	}
+	if len(b.Decision) > 0 {
+		if e.decision, err = canon.Parse(b.Decision); err != nil {
+			return nil, err
+		}
+	}
+	if now.Before(e.until) {
+		g.cache.Add(id, e)
+	}
+	return e, nil
+}
+
+func (g *Gate) observeCache(hit bool) {
+	if g.o.Observer != nil {
+		g.o.Observer.CacheLookup(hit)
+	}
+}
+
+func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
+	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
+		RequestID: c.requestID, Time: now}
+}
+
+// policyInput builds the Rego input of SPEC §6 from Go values.
+func (g *Gate) policyInput(c *call) map[string]any {
+	headers := make(map[string]any, len(c.req.Headers))
+	for k, v := range c.req.Headers {
+		headers[k] = v
+	}
+	var pf any
+	if c.bound != nil && c.contract == "" {
+		pf = c.bound.decision
+	}
+	var args any = c.args
+	if args == nil {
+		args = map[string]any{}
+	}
+	return map[string]any{
+		"request":   map[string]any{"method": c.req.Method, "path": c.req.Path, "headers": headers},
+		"action":    map[string]any{"kind": c.kind, "args": args},
+		"actor":     map[string]any{"id": c.identity},
+		"mode":      string(g.o.Mode),
+		"preflight": pf,
+	}
+}
+
+// frame builds the autonomy.decision frame for d.
+func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
+	outcome := "allow"
+	if !d.Allowed || d.AdvisoryReason != "" {
+		outcome = "deny"
+	}
+	reason := d.Reason
+	if d.Allowed && d.AdvisoryReason != "" {
+		reason = d.AdvisoryReason
+	}
+	attrs := map[string]any{
+		"outcome":    outcome,
+		"enforced":   !d.Allowed,
+		"mode":       string(g.o.Mode),
+		"reason":     reason,
+		"status":     d.Status,
+		"request_id": c.requestID,
+		"tool_kind":  c.kind,
+		"method":     c.req.Method,
+		"path":       pathOnly(c.req.Path),
+	}
+	if outcome == "allow" {
+		attrs["enforced"] = true
+	}
+	if d.PreflightID != "" {
+		attrs["preflight_id"] = d.PreflightID
+	}
+	if d.StepID != "" {
+		attrs["step_id"] = d.StepID
+	}
+	if d.AdvisoryReason != "" && !d.Allowed {
+		attrs["advisory_reason"] = d.AdvisoryReason
+	}
+	if c.identity != "" {
+		attrs["actor"] = c.identity
+	}
+	if c.gated && c.argsMap != nil {
+		if digest, err := canon.Digest(c.argsMap); err == nil {
+			attrs["args_digest"] = digest
+		}
+		if g.o.StoreRawRequests {
+			attrs["args"] = c.argsMap
+		}
+	}
+	if pol := g.o.Policy(); pol != nil {
+		attrs["bundle_revision"] = pol.Revision()
+	}
+	return wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now, Attrs: attrs}
+}
+
+// record writes the decision frame; the answer waits for it, and a write
+// failure turns any answer into a 503 deny.
+func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
+	if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+		g.o.Logger.Error("cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
+		return g.unavailable(d)
+	}
+	return d
+}
+
+// consume marks one step consumed and writes the decision frame in the same
+// durable commit; the allow is returned only after both are on disk.
+func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) Decision {
+	r := g.consumeRequest(c, now)
+	var final Decision
+	r.Decision = func(res wal.ConsumeResult) wal.FrameInput {
+		final = g.afterConsume(c, d, res)
+		return g.frame(c, &final, now)
+	}
+	if _, err := g.o.Store.Consume(ctx, r); err != nil {
+		g.o.Logger.Error("cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
+		return g.unavailable(d)
+	}
+	return final
+}
+
+// afterConsume is the answer once the atomic consume has spoken: a step
+// consumed (or already consumed by this same request id) allows; a replay or
+// mismatch found at this point is a contract failure, enforced or advisory.
+func (g *Gate) afterConsume(c *call, d Decision, res wal.ConsumeResult) Decision {
+	switch res.Status {
+	case wal.Consumed, wal.Repeated:
+		d.StepID = res.StepID
+		return d
+	}
+	reason := preflight.ReasonReplay
+	if res.Status == wal.Mismatch {
+		reason = preflight.ReasonBindingMismatch
+	}
+	if g.o.Mode == ModeEnforce {
+		d.Allowed, d.Status, d.Reason = false, http.StatusForbidden, reason
+		return d
+	}
+	d.AdvisoryReason, d.Reason = reason, reasonPolicyAllowed
+	return d
+}

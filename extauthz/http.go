@@ -1,0 +1,95 @@
+package extauthz
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/contractrefine/autonomy/binding"
+)
+
+// HTTPPrefix is the path under which the HTTP check is served.
+const HTTPPrefix = "/v1/authz"
+
+// HTTPHandler serves the HTTP check of SPEC §5.6: 200 allows (with the
+// upstream headers on the response), 403 and 503 deny with the JSON body.
+type HTTPHandler struct {
+	gate    Checker
+	maxBody int64
+}
+
+// NewHTTPHandler returns the HTTP check. Bodies above maxBody are denied.
+func NewHTTPHandler(gate Checker, maxBody int64) *HTTPHandler {
+	return &HTTPHandler{gate: gate, maxBody: maxBody}
+}
+
+// ServeHTTP answers one check.
+func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req := RequestFromHTTP(r, h.maxBody)
+	d := h.gate.Check(r.Context(), req)
+	WriteDecision(w, &d)
+}
+
+// WriteDecision writes d as an HTTP answer: the upstream headers and 200 on
+// an allow, the status and JSON deny body otherwise.
+func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
+	if d.Allowed {
+		for k, v := range d.UpstreamHeaders() {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(binding.HeaderAuditID, d.AuditID)
+	w.WriteHeader(d.Status)
+	w.Write(d.DenyBody())
+}
+
+var errBodyTooLarge = errors.New("extauthz: request body over the limit")
+
+// RequestFromHTTP builds the gate's view of a check arriving over HTTP. The
+// original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
+// (Caddy, Traefik) or X-Original-Method/X-Original-URI (nginx) when present;
+// otherwise from the request itself, with the /v1/authz prefix removed
+// (Envoy http_service with path_prefix /v1/authz).
+//
+// A body that cannot be read, or is over maxBody, is recorded in BodyErr and
+// the gate denies the call.
+func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
+	headers := make(map[string]string, len(r.Header))
+	for k, vs := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(vs, ",")
+	}
+	method, uri := r.Method, strings.TrimPrefix(r.URL.RequestURI(), HTTPPrefix)
+	if m, u := headers["x-forwarded-method"], headers["x-forwarded-uri"]; m != "" || u != "" {
+		method, uri = m, u
+	} else if m, u := headers["x-original-method"], headers["x-original-uri"]; m != "" || u != "" {
+		method, uri = m, u
+	}
+	if method == "" {
+		method = r.Method
+	}
+	if uri == "" {
+		uri = "/"
+	}
+	if parsed, err := url.ParseRequestURI(uri); err == nil {
+		uri = parsed.RequestURI()
+	}
+	req := &binding.Request{Method: method, Path: uri, Headers: headers}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		req.Principal = principalOf(r.TLS.PeerCertificates[0])
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	switch {
+	case err != nil:
+		req.BodyErr = err
+	case int64(len(body)) > maxBody:
+		req.BodyErr = errBodyTooLarge
+	default:
+		req.Body = body
+	}
+	return req
+}

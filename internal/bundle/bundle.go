@@ -1,0 +1,262 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/clause"
+)
+
+//go:embed default
+var defaultFS embed.FS
+
+var (
+	// ErrNotBoolean reports that data.autonomy.allow is not a boolean.
+	ErrNotBoolean = errors.New("bundle: data.autonomy.allow is not a boolean")
+)
+
+// DefaultPolicyTimeout bounds one policy evaluation when Options sets none.
+const DefaultPolicyTimeout = 250 * time.Millisecond
+
+// Options configures Load. The zero value is the default.
+type Options struct {
+	// PolicyTimeout bounds one evaluation of the policy; a policy that runs
+	// longer is an evaluation error (deny). Zero means DefaultPolicyTimeout.
+	PolicyTimeout time.Duration
+	// ClauseCostLimit bounds one CEL clause evaluation. Zero means the clause
+	// package's default.
+	ClauseCostLimit uint64
+}
+
+// Bundle is a loaded, prepared policy bundle.
+type Bundle struct {
+	source     string
+	revision   string
+	governance *preflight.Governance
+	clauses    *clause.Set
+	allow      rego.PreparedEvalQuery
+	denyReason rego.PreparedEvalQuery
+	timeout    time.Duration
+}
+
+// Load loads the bundle in dir, or the embedded default bundle when dir is "".
+func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.PolicyTimeout <= 0 {
+		o.PolicyTimeout = DefaultPolicyTimeout
+	}
+	var (
+		fsys   fs.FS
+		root   string
+		source string
+	)
+	if dir == "" {
+		fsys, root, source = defaultFS, "default", "embedded default bundle"
+	} else {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("bundle %s: %w", dir, err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("bundle %s: not a directory", dir)
+		}
+		fsys, root, source = os.DirFS(dir), ".", dir
+	}
+	res, err := loader.NewFileLoader().WithFS(fsys).Filtered([]string{root}, onlyBundleFiles)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", source, err)
+	}
+	if len(res.Modules) == 0 {
+		return nil, fmt.Errorf("bundle %s: no .rego files", source)
+	}
+	gov, err := governanceOf(res.Documents)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", source, err)
+	}
+	clauses, err := clause.Compile(gov.Capabilities, clause.Options{CostLimit: o.ClauseCostLimit})
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", source, err)
+	}
+	b := &Bundle{source: source, governance: gov, clauses: clauses, timeout: o.PolicyTimeout,
+		revision: revisionOf(res)}
+	store := inmem.NewFromObject(res.Documents)
+	compiler := ast.NewCompiler()
+	modules := map[string]*ast.Module{}
+	for name, m := range res.Modules {
+		modules[name] = m.Parsed
+	}
+	if compiler.Compile(modules); compiler.Failed() {
+		return nil, fmt.Errorf("bundle %s: %w", source, compiler.Errors)
+	}
+	prepare := func(q string) (rego.PreparedEvalQuery, error) {
+		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store)).PrepareForEval(ctx)
+	}
+	if b.allow, err = prepare("data.autonomy.allow"); err != nil {
+		return nil, fmt.Errorf("bundle %s: prepare data.autonomy.allow: %w", source, err)
+	}
+	if b.denyReason, err = prepare("data.autonomy.deny_reason"); err != nil {
+		return nil, fmt.Errorf("bundle %s: prepare data.autonomy.deny_reason: %w", source, err)
+	}
+	return b, nil
+}
+
+// onlyBundleFiles keeps *.rego files and data.json/data.yaml/data.yml; OPA's
+// loader would otherwise read every JSON and YAML file it finds.
+func onlyBundleFiles(abspath string, info fs.FileInfo, depth int) bool {
+	if info.IsDir() {
+		return strings.HasPrefix(info.Name(), ".") && depth > 0
+	}
+	name := info.Name()
+	switch {
+	case strings.HasSuffix(name, "_test.rego"):
+		return true
+	case strings.HasSuffix(name, ".rego"):
+		return false
+	case name == "data.json" || name == "data.yaml" || name == "data.yml":
+		return false
+	}
+	return true
+}
+
+// governanceOf decodes data.autonomy strictly, so a misspelt key is a load
+// error naming it rather than a silently ignored setting.
+func governanceOf(docs map[string]any) (*preflight.Governance, error) {
+	raw, ok := docs["autonomy"]
+	gov := &preflight.Governance{Capabilities: map[string]preflight.Capability{}}
+	if !ok {
+		return gov, nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, errors.New("data: autonomy must be an object")
+	}
+	for key := range m {
+		if key != "capabilities" && key != "attestation" {
+			return nil, fmt.Errorf("data: autonomy.%s: unknown key (want capabilities, attestation)", key)
+		}
+	}
+	if caps, ok := m["capabilities"].(map[string]any); ok {
+		kinds := make([]string, 0, len(caps))
+		for k := range caps {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, kind := range kinds {
+			var c preflight.Capability
+			if err := strictDecode(caps[kind], &c); err != nil {
+				return nil, fmt.Errorf("data: autonomy.capabilities[%q]: %w", kind, err)
+			}
+			gov.Capabilities[kind] = c
+		}
+	} else if m["capabilities"] != nil {
+		return nil, errors.New("data: autonomy.capabilities must be an object")
+	}
+	if att, ok := m["attestation"]; ok {
+		if err := strictDecode(att, &gov.Attestation); err != nil {
+			return nil, fmt.Errorf("data: autonomy.attestation: %w", err)
+		}
+	}
+	if gov.Attestation.MaxAge == 0 {
+		gov.Attestation.MaxAge = preflight.Duration(preflight.DefaultAttestationMaxAge)
+	}
+	return gov, nil
+}
+
+func strictDecode(v any, into any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(into)
+}
+
+// revisionOf digests the bundle's files, so every decision frame can name
+// the exact policy it was made under.
+func revisionOf(res *loader.Result) string {
+	h := sha256.New()
+	names := make([]string, 0, len(res.Modules))
+	for name := range res.Modules {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		h.Write([]byte(name))
+		h.Write(res.Modules[name].Raw)
+	}
+	data, _ := json.Marshal(res.Documents) // map keys are sorted
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Source names where the bundle was loaded from.
+func (b *Bundle) Source() string { return b.source }
+
+// Revision is a short digest of the bundle's contents.
+func (b *Bundle) Revision() string { return b.revision }
+
+// Governance returns the bundle's governance data. Callers must not modify it.
+func (b *Bundle) Governance() *preflight.Governance { return b.governance }
+
+// Clauses returns the compiled clauses of the bundle's capabilities.
+func (b *Bundle) Clauses() preflight.ClauseChecker { return b.clauses }
+
+// ClauseSet returns the compiled clauses with their reporting methods.
+func (b *Bundle) ClauseSet() *clause.Set { return b.clauses }
+
+var reasonRE = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// Allow evaluates data.autonomy.allow for input. It returns the deny reason
+// ("policy: <deny_reason>" or "policy: denied") when the policy denies or
+// leaves allow undefined. A non-boolean result, an evaluation error and a
+// timeout are errors, which callers turn into a deny. The deny_reason is
+// folded into the reason shape: lower case, runs of anything but [a-z0-9_]
+// become "_".
+func (b *Bundle) Allow(ctx context.Context, input map[string]any) (bool, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	rs, err := b.allow.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		return false, "", fmt.Errorf("bundle: evaluate data.autonomy.allow: %w", err)
+	}
+	if len(rs) > 0 && len(rs[0].Expressions) > 0 {
+		allowed, ok := rs[0].Expressions[0].Value.(bool)
+		if !ok {
+			return false, "", ErrNotBoolean
+		}
+		if allowed {
+			return true, "", nil
+		}
+	}
+	reason := "policy: denied"
+	if rs, err := b.denyReason.Eval(ctx, rego.EvalInput(input)); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
+		if s, ok := rs[0].Expressions[0].Value.(string); ok {
+			if sub := strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_"); sub != "" {
+				reason = "policy: " + sub
+			}
+		}
+	}
+	return false, reason, nil
+}

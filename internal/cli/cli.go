@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/server"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// exitError carries a process exit code through cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		fmt.Fprintln(stderr, "autonomy:", err)
+		return 1
+	}
+	return 0
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "autonomy",
+		Short:         "ContractRefine: preflight verification and an Envoy ext_authz gate for AI-agent tool calls",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newServe(stderr), newCheckConfig(stdout), newVersion(stdout), newHealthcheck(stdout),
+		newAudit(stdout), newWAL(stdout))
+	for _, extra := range extraCommands {
+		root.AddCommand(extra(stdout, stderr))
+	}
+	return root
+}
+
+// extraCommands are subcommands defined in other files of this package.
+var extraCommands []func(stdout, stderr io.Writer) *cobra.Command
+
+// configFlags are the serve flags of SPEC §2.
+type configFlags struct {
+	file                              string
+	httpAddr, grpcAddr, dataDir, mode string
+	bundle, upstream, gatewayAddr     string
+}
+
+func (f *configFlags) register(cmd *cobra.Command, all bool) {
+	cmd.Flags().StringVar(&f.file, "config", "", "YAML configuration file")
+	cmd.Flags().StringVar(&f.bundle, "bundle", "", "policy bundle directory (default: the embedded bundle)")
+	if !all {
+		return
+	}
+	cmd.Flags().StringVar(&f.httpAddr, "http-addr", "", "HTTP API listen address (default 127.0.0.1:8181)")
+	cmd.Flags().StringVar(&f.grpcAddr, "grpc-addr", "", "gRPC ext_authz listen address, or unix:/path (default 127.0.0.1:9191)")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory holding wal.db (default ./data)")
+	cmd.Flags().StringVar(&f.mode, "mode", "", "contract_refine.mode: disabled, advisory or enforce (default advisory)")
+	cmd.Flags().StringVar(&f.upstream, "upstream", "", "tool runtime URL for the built-in gateway")
+	cmd.Flags().StringVar(&f.gatewayAddr, "gateway-addr", "", "built-in gateway listen address (with --upstream)")
+}
+
+// load reads the file, applies the flags that were set and validates.
+func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
+	cfg, err := config.Load(f.file)
+	if err != nil {
+		return cfg, err
+	}
+	set := func(name string, dst *string, v string) {
+		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
+			*dst = v
+		}
+	}
+	set("http-addr", &cfg.HTTPAddr, f.httpAddr)
+	set("grpc-addr", &cfg.GRPCAddr, f.grpcAddr)
+	set("data-dir", &cfg.DataDir, f.dataDir)
+	set("bundle", &cfg.Bundle, f.bundle)
+	set("upstream", &cfg.Upstream, f.upstream)
+	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr)
+	if fl := cmd.Flags().Lookup("mode"); fl != nil && fl.Changed {
+		m, err := config.ParseMode(f.mode)
+		if err != nil {
+			return cfg, fmt.Errorf("--mode: %w", err)
+		}
+		cfg.ContractRefine.Mode = m
+	}
+	if err := cfg.Validate(); err != nil {
+		if f.file != "" {
+			return cfg, fmt.Errorf("config %s: %w", f.file, err)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// NewLogger returns the JSON logger at the configured level.
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func newServe(stderr io.Writer) *cobra.Command {
+	var f configFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the preflight API, the ext_authz gate and (with --upstream) the built-in gateway",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.load(cmd)
+			if err != nil {
+				return err
+			}
+			log := NewLogger(stderr, cfg.Log.Level)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			srv, err := server.New(ctx, cfg, server.Options{Logger: log})
+			if err != nil {
+				return err
+			}
+			return runServer(ctx, srv, log)
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+// runServer runs srv; it is a variable so reload wiring can wrap it.
+var runServer = func(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	return srv.Run(ctx)
+}
+
+func newCheckConfig(stdout io.Writer) *cobra.Command {
+	var f configFlags
+	cmd := &cobra.Command{
+		Use:   "check-config",
+		Short: "Validate the configuration and the policy bundle, exit 0 when both are good",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.load(cmd)
+			if err != nil {
+				return err
+			}
+			b, err := server.LoadBundle(cmd.Context(), &cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "configuration ok: mode %s, bundle %s (revision %s, %d capabilities)\n",
+				cfg.ContractRefine.Mode, b.Source(), b.Revision(), len(b.Governance().Capabilities))
+			return nil
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+func newVersion(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(*cobra.Command, []string) {
+			fmt.Fprintf(stdout, "autonomy %s (%s %s/%s)\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		},
+	}
+}
+
+// Run is Main for cmd/autonomy.
+func Run() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+func newHealthcheck(stdout io.Writer) *cobra.Command {
+	var target string
+	cmd := &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 when URL answers 200 (for container health checks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s answered %s", target, resp.Status)
+			}
+			fmt.Fprintln(stdout, "ok")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&target, "url", "http://127.0.0.1:8181/readyz", "URL to check")
+	return cmd
+}
+
+func newAudit(stdout io.Writer) *cobra.Command {
+	var server, token string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "audit AUDIT_ID",
+		Short: "Print the chronological join of an audit id's preflight and tool decisions",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u := strings.TrimRight(server, "/") + "/v1/audit/" + url.PathEscape(args[0])
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u, nil)
+			if err != nil {
+				return err
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+			}
+			if asJSON {
+				_, err := stdout.Write(append(body, '\n'))
+				return err
+			}
+			var join struct {
+				AuditID string      `json:"audit_id"`
+				Frames  []wal.Frame `json:"frames"`
+			}
+			if err := json.Unmarshal(body, &join); err != nil {
+				return err
+			}
+			return PrintAuditTable(stdout, join.AuditID, join.Frames)
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "service HTTP API address")
+	cmd.Flags().StringVar(&token, "token", "", "bearer token for the read endpoints")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON join")
+	return cmd
+}
+
+// PrintAuditTable prints frames as a terminal table, one row per frame.
+func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
+	fmt.Fprintf(w, "audit %s: %d frames\n", auditID, len(frames))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tOUTCOME\tREASON\tDETAIL")
+	for _, f := range frames {
+		var a struct {
+			Outcome     string `json:"outcome"`
+			Reason      string `json:"reason"`
+			ToolKind    string `json:"tool_kind"`
+			PreflightID string `json:"preflight_id"`
+			StepID      string `json:"step_id"`
+			Enforced    *bool  `json:"enforced"`
+			Advisory    string `json:"advisory_reason"`
+		}
+		_ = json.Unmarshal(f.Attrs, &a)
+		detail := a.PreflightID
+		if f.Kind == wal.KindDecision {
+			detail = "tool " + a.ToolKind
+			if a.StepID != "" {
+				detail += " step " + a.StepID
+			}
+			if a.Enforced != nil && !*a.Enforced {
+				detail += " (advisory, not enforced)"
+			}
+			if a.Advisory != "" {
+				detail += " advisory " + a.Advisory
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Seq, f.Timestamp, strings.TrimPrefix(f.Kind, "autonomy."), a.Outcome, a.Reason, detail)
+	}
+	return tw.Flush()
+}
+
+func newWAL(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{Use: "wal", Short: "Inspect and maintain the write-ahead log"}
+	var dataDir, file string
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Check the WAL's hash chain; exit 1 naming the first bad seq",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := walDir(cmd, file, dataDir)
+			if err != nil {
+				return err
+			}
+			db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
+			if err != nil {
+				return fmt.Errorf("%w (is a server running on this data dir?)", err)
+			}
+			defer db.Close()
+			rep, err := db.Verify(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if !rep.OK() {
+				fmt.Fprintf(stdout, "wal verify: FAILED at seq %d: %s (%d frames good before it)\n", rep.BadSeq, rep.Problem, rep.Frames)
+				return exitError{code: 1}
+			}
+			fmt.Fprintf(stdout, "wal verify: ok, %d frames (seq %d..%d), hash chain intact\n", rep.Frames, rep.FirstSeq, rep.LastSeq)
+			return nil
+		},
+	}
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "", "data directory (default: from --config, else ./data)")
+	cmd.PersistentFlags().StringVar(&file, "config", "", "YAML configuration file")
+	cmd.AddCommand(verify)
+	for _, extra := range extraWALCommands {
+		cmd.AddCommand(extra(stdout, &file, &dataDir))
+	}
+	return cmd
+}
+
+// extraWALCommands are wal subcommands defined in other files.
+var extraWALCommands []func(stdout io.Writer, configFile, dataDir *string) *cobra.Command
+
+// walDir resolves the data directory from --data-dir, else the config file.
+func walDir(cmd *cobra.Command, file, dataDir string) (string, error) {
+	if dataDir != "" {
+		return dataDir, nil
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		return "", err
+	}
+	return cfg.DataDir, nil
+}

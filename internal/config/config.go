@@ -1,0 +1,276 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Mode is contract_refine.mode (SPEC §4).
+type Mode string
+
+// The three modes.
+const (
+	ModeDisabled Mode = "disabled"
+	ModeAdvisory Mode = "advisory"
+	ModeEnforce  Mode = "enforce"
+)
+
+// ParseMode validates a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeDisabled, ModeAdvisory, ModeEnforce:
+		return m, nil
+	}
+	return "", fmt.Errorf("%q is not one of disabled, advisory, enforce", s)
+}
+
+// Limits of SPEC §2.
+const (
+	MaxRepairAttemptsLimit = 3
+	BindingCacheTTLCeiling = 60 * time.Second
+)
+
+// Config is the whole service configuration.
+type Config struct {
+	HTTPAddr string `yaml:"http_addr"`
+	GRPCAddr string `yaml:"grpc_addr"`
+	DataDir  string `yaml:"data_dir"`
+	// Bundle is the policy bundle directory; "" means the embedded default.
+	Bundle string `yaml:"bundle"`
+	// Upstream and GatewayAddr enable the built-in gateway.
+	Upstream    string `yaml:"upstream"`
+	GatewayAddr string `yaml:"gateway_addr"`
+
+	ContractRefine ContractRefine `yaml:"contract_refine"`
+	HTTP           HTTP           `yaml:"http"`
+	Gate           Gate           `yaml:"gate"`
+	WAL            WAL            `yaml:"wal"`
+	Log            Log            `yaml:"log"`
+	Policy         Policy         `yaml:"policy"`
+	Clauses        Clauses        `yaml:"clauses"`
+	Access         Access         `yaml:"access"`
+	TLS            TLS            `yaml:"tls"`
+	Tracing        Tracing        `yaml:"tracing"`
+}
+
+// ContractRefine holds the contract_refine keys.
+type ContractRefine struct {
+	Mode              Mode          `yaml:"mode"`
+	BindingWindow     time.Duration `yaml:"binding_window"`
+	MaxRepairAttempts int           `yaml:"max_repair_attempts"`
+	BindingCacheTTL   time.Duration `yaml:"binding_cache_ttl"`
+	BindingCacheSize  int           `yaml:"binding_cache_size"`
+	Offline           bool          `yaml:"offline"`
+}
+
+// HTTP holds the http keys.
+type HTTP struct {
+	MaxBodyBytes      int64         `yaml:"max_body_bytes"`
+	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+}
+
+// Gate holds the gate keys (SPEC §5).
+type Gate struct {
+	Path        string `yaml:"path"`
+	KindPointer string `yaml:"kind_pointer"`
+	ArgsPointer string `yaml:"args_pointer"`
+	KindHeader  string `yaml:"kind_header"`
+	ActorHeader string `yaml:"actor_header"`
+}
+
+// WAL holds the wal keys (SPEC §9).
+type WAL struct {
+	Retention          time.Duration `yaml:"retention"`
+	StoreRawRequests   bool          `yaml:"store_raw_requests"`
+	CompactionInterval time.Duration `yaml:"compaction_interval"`
+}
+
+// Log holds the log keys.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+}
+
+// Policy holds the policy evaluation keys.
+type Policy struct {
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Clauses holds the clause evaluation keys (SPEC §7).
+type Clauses struct {
+	CostLimit uint64 `yaml:"cost_limit"`
+}
+
+// Access holds the read-endpoint access keys (SPEC §8).
+type Access struct {
+	// TokensFile is a YAML file of bearer tokens; empty means no tokens.
+	TokensFile string `yaml:"tokens_file"`
+	// AllowRemoteReads opens the read endpoints to non-loopback clients when
+	// no tokens are configured.
+	AllowRemoteReads bool `yaml:"allow_remote_reads"`
+}
+
+// TLS holds the listener TLS keys.
+type TLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Tracing holds the OpenTelemetry keys.
+type Tracing struct {
+	OTLPEndpoint string  `yaml:"otlp_endpoint"`
+	SampleRatio  float64 `yaml:"sample_ratio"`
+}
+
+// Default returns the configuration with every default of SPEC §2.
+func Default() Config {
+	return Config{
+		HTTPAddr: "127.0.0.1:8181",
+		GRPCAddr: "127.0.0.1:9191",
+		DataDir:  "./data",
+		ContractRefine: ContractRefine{
+			Mode:              ModeAdvisory,
+			BindingWindow:     5 * time.Minute,
+			MaxRepairAttempts: 1,
+			BindingCacheTTL:   60 * time.Second,
+			BindingCacheSize:  100000,
+		},
+		HTTP: HTTP{MaxBodyBytes: 1 << 20, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
+		Gate:    Gate{Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
+		WAL:     WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
+		Log:     Log{Level: "info"},
+		Policy:  Policy{Timeout: 250 * time.Millisecond},
+		Tracing: Tracing{SampleRatio: 1},
+	}
+}
+
+// Load reads the YAML file at path over the defaults. An empty path gives
+// the defaults. The result is not yet validated: apply flags, then Validate.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	if err := Decode(bytes.NewReader(b), &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+var unknownFieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
+
+// Decode reads YAML into cfg strictly: an unknown key is an error naming the
+// key and its line.
+func Decode(r io.Reader, cfg *Config) error {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file keeps the defaults
+		}
+		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
+		msg = unknownFieldRE.ReplaceAllString(msg, `line $1: unknown key "$2"`)
+		return errors.New(strings.TrimSpace(msg))
+	}
+	return nil
+}
+
+var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
+
+// Validate checks every value and returns an error naming the first bad key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.HTTPAddr == "" {
+		bad("http_addr", "must not be empty")
+	}
+	if c.GRPCAddr == "" {
+		bad("grpc_addr", "must not be empty")
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if _, err := ParseMode(string(c.ContractRefine.Mode)); err != nil {
+		bad("contract_refine.mode", "%v", err)
+	}
+	cr := c.ContractRefine
+	if cr.BindingWindow <= 0 {
+		bad("contract_refine.binding_window", "must be positive, got %s", cr.BindingWindow)
+	}
+	if cr.MaxRepairAttempts < 0 || cr.MaxRepairAttempts > MaxRepairAttemptsLimit {
+		bad("contract_refine.max_repair_attempts", "must be between 0 and %d, got %d", MaxRepairAttemptsLimit, cr.MaxRepairAttempts)
+	}
+	if cr.BindingCacheTTL <= 0 || cr.BindingCacheTTL > BindingCacheTTLCeiling {
+		bad("contract_refine.binding_cache_ttl", "must be positive and at most %s, got %s", BindingCacheTTLCeiling, cr.BindingCacheTTL)
+	}
+	if cr.BindingCacheSize <= 0 {
+		bad("contract_refine.binding_cache_size", "must be positive, got %d", cr.BindingCacheSize)
+	}
+	if c.HTTP.MaxBodyBytes <= 0 {
+		bad("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
+	}
+	if c.HTTP.MaxHeaderBytes <= 0 {
+		bad("http.max_header_bytes", "must be positive, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	for key, d := range map[string]time.Duration{"http.read_header_timeout": c.HTTP.ReadHeaderTimeout,
+		"http.read_timeout": c.HTTP.ReadTimeout, "http.write_timeout": c.HTTP.WriteTimeout,
+		"http.idle_timeout": c.HTTP.IdleTimeout, "policy.timeout": c.Policy.Timeout,
+		"wal.retention": c.WAL.Retention, "wal.compaction_interval": c.WAL.CompactionInterval} {
+		if d <= 0 {
+			bad(key, "must be positive, got %s", d)
+		}
+	}
+	if !strings.HasPrefix(c.Gate.Path, "/") {
+		bad("gate.path", "must start with /, got %q", c.Gate.Path)
+	}
+	if !pointerRE.MatchString(c.Gate.KindPointer) {
+		bad("gate.kind_pointer", "%q is not a JSON Pointer", c.Gate.KindPointer)
+	}
+	if !pointerRE.MatchString(c.Gate.ArgsPointer) {
+		bad("gate.args_pointer", "%q is not a JSON Pointer", c.Gate.ArgsPointer)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if (c.Upstream == "") != (c.GatewayAddr == "") {
+		bad("upstream", "upstream and gateway_addr go together")
+	}
+	if c.Upstream != "" {
+		if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream", "%q is not an http(s) URL", c.Upstream)
+		}
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls.cert_file", "tls.cert_file and tls.key_file go together")
+	}
+	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
+		bad("tls.client_ca_file", "needs tls.cert_file and tls.key_file")
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+		bad("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
+	}
+	return errors.Join(errs...)
+}

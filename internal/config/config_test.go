@@ -1,0 +1,92 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "autonomy.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsMatchSpec(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != "127.0.0.1:8181" || c.GRPCAddr != "127.0.0.1:9191" || c.DataDir != "./data" ||
+		c.ContractRefine.Mode != ModeAdvisory || c.ContractRefine.BindingWindow != 5*time.Minute ||
+		c.ContractRefine.MaxRepairAttempts != 1 || c.ContractRefine.BindingCacheTTL != time.Minute ||
+		c.ContractRefine.BindingCacheSize != 100000 || c.ContractRefine.Offline || c.HTTP.MaxBodyBytes != 1048576 ||
+		c.Gate.Path != "/v1/tool" || c.Gate.KindPointer != "/kind" || c.Gate.ArgsPointer != "/args" ||
+		c.Gate.KindHeader != "" || c.Gate.ActorHeader != "" || c.WAL.Retention != 720*time.Hour || c.WAL.StoreRawRequests {
+		t.Fatalf("defaults differ from SPEC §2: %+v", c)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	tests := map[string]struct {
+		yaml    string
+		wantErr string
+		check   func(Config) bool
+	}{
+		"every spec key": {yaml: `
+http_addr: 0.0.0.0:1
+grpc_addr: unix:/tmp/a.sock
+data_dir: /var/lib/autonomy
+bundle: /etc/bundle
+contract_refine:
+  mode: enforce
+  binding_window: 2m
+  max_repair_attempts: 3
+  binding_cache_ttl: 30s
+  binding_cache_size: 10
+  offline: true
+http: {max_body_bytes: 2048}
+gate: {path: /tools/run, kind_pointer: /tool/name, args_pointer: /tool/input, kind_header: x-tool-kind, actor_header: x-actor}
+wal: {retention: 24h, store_raw_requests: true}
+`, check: func(c Config) bool {
+			return c.ContractRefine.Mode == ModeEnforce && c.ContractRefine.BindingWindow == 2*time.Minute &&
+				c.ContractRefine.MaxRepairAttempts == 3 && c.ContractRefine.Offline && c.HTTP.MaxBodyBytes == 2048 &&
+				c.Gate.KindHeader == "x-tool-kind" && c.WAL.StoreRawRequests && c.Bundle == "/etc/bundle"
+		}},
+		"empty file keeps defaults": {yaml: "", check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:8181" }},
+		"unknown top-level key":     {yaml: "http_adr: x\n", wantErr: `line 1: unknown key "http_adr"`},
+		"unknown nested key":        {yaml: "contract_refine:\n  mode: enforce\n  modes: x\n", wantErr: `line 3: unknown key "modes"`},
+		"bad mode":                  {yaml: "contract_refine: {mode: strict}\n", wantErr: `contract_refine.mode: "strict" is not one of`},
+		"bad duration":              {yaml: "contract_refine: {binding_window: soon}\n", wantErr: "line 1"},
+		"cache ttl above ceiling":   {yaml: "contract_refine: {binding_cache_ttl: 90s}\n", wantErr: "contract_refine.binding_cache_ttl: must be positive and at most 1m0s"},
+		"too many repairs":          {yaml: "contract_refine: {max_repair_attempts: 4}\n", wantErr: "contract_refine.max_repair_attempts: must be between 0 and 3"},
+		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
+		"negative body limit":       {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
+		"wrong type":                {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(writeFile(t, tc.yaml))
+			if err == nil {
+				err = c.Validate()
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Fatalf("loaded %+v", c)
+			}
+		})
+	}
+}

@@ -1,0 +1,429 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/envelope"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// Store is the durable state the API reads and writes.
+type Store interface {
+	RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (wal.Frame, error)
+	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
+	SessionAttempts(ctx context.Context, key string) (int, error)
+	Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error)
+	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
+}
+
+var _ Store = (*wal.DB)(nil)
+
+// Bundle is the loaded policy bundle as the verifier needs it.
+type Bundle interface {
+	Governance() *preflight.Governance
+	Clauses() preflight.ClauseChecker
+	Revision() string
+}
+
+// Observer is told about each preflight; metrics implement it.
+type Observer interface {
+	Preflight(outcome preflight.Outcome, reason string, attempt int, took time.Duration)
+	APIError(code string)
+}
+
+// Access decides who may read stored records (SPEC §8). A nil Access lets
+// everyone read everything.
+type Access interface {
+	// Authorize returns the tenant scope of the request's credentials: ok is
+	// false when the request may not read at all; all is true when it may
+	// read every tenant.
+	Authorize(r *http.Request) (tenant string, all bool, ok bool)
+}
+
+// Options configures the API. Zero values mean the defaults.
+type Options struct {
+	Verifier preflight.Verifier
+	Store    Store
+	// Bundle returns the current policy bundle.
+	Bundle func() Bundle
+	// Disabled answers every preflight with 503 preflight-disabled.
+	Disabled bool
+	// MaxBodyBytes is http.max_body_bytes (default 1 MiB).
+	MaxBodyBytes int64
+	// BindingWindow is contract_refine.binding_window.
+	BindingWindow time.Duration
+	// MaxRepairAttempts is contract_refine.max_repair_attempts.
+	MaxRepairAttempts int
+	// StoreRawRequests keeps the raw request in the preflight frame.
+	StoreRawRequests bool
+	Now              func() time.Time
+	NewPreflightID   func() string
+	NewAuditID       func() string
+	Logger           *slog.Logger
+	Observer         Observer
+	Access           Access
+}
+
+// API is the HTTP handler.
+type API struct {
+	o   Options
+	mux *http.ServeMux
+	// inflight holds the idempotency keys and sessions being decided, so a
+	// concurrent duplicate gets 409 idempotency-in-progress and two attempts
+	// of one session never read the same budget.
+	mu       sync.Mutex
+	inflight map[string]bool
+	sessions map[string]*sessionLock
+}
+
+type sessionLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New returns the API.
+func New(o Options) *API {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &API{o: o, inflight: map[string]bool{}, sessions: map[string]*sessionLock{}}
+	a.mux = http.NewServeMux()
+	a.mux.HandleFunc("POST /v1/preflight", a.postPreflight)
+	a.mux.HandleFunc("GET /v1/preflight/{id}", a.getPreflight)
+	a.mux.HandleFunc("GET /v1/audit/{id}", a.getAudit)
+	a.mux.HandleFunc("/v1/preflight", a.methodNotAllowed)
+	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed)
+	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed)
+	return a
+}
+
+// ServeHTTP routes the API's paths.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	a.fail(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", r.Method+" is not allowed on "+r.URL.Path, false)
+}
+
+func (a *API) fail(w http.ResponseWriter, status int, code, path, message string, retryable bool) {
+	if a.o.Observer != nil {
+		a.o.Observer.APIError(code)
+	}
+	writeError(w, status, code, path, message, retryable)
+}
+
+// postPreflight decides one PreflightRequest.
+func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if a.o.Disabled {
+		a.fail(w, http.StatusServiceUnavailable, CodePreflightDisabled, "", "Preflight is disabled (contract_refine.mode: disabled).", false)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.o.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			a.fail(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "", "The request body is larger than http.max_body_bytes.", false)
+			return
+		}
+		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body could not be read.", false)
+		return
+	}
+	dryRun := r.URL.Query().Get("dry_run") == "true"
+	req, rerr := preflight.DecodeRequest(body)
+	if rerr != nil {
+		a.fail(w, http.StatusBadRequest, rerr.Code, rerr.Path, rerr.Message, false)
+		return
+	}
+	now := a.o.Now()
+	var env *envelope.Envelope
+	if len(req.Context.Request) > 0 && string(req.Context.Request) != "null" {
+		var ferrs []envelope.FieldError
+		env, ferrs = envelope.Validate(req.Context.Request)
+		if len(ferrs) > 0 {
+			errs := make([]apiError, len(ferrs))
+			for i, fe := range ferrs {
+				errs[i] = apiError{Code: fe.Code, Path: "/context/request" + fe.Path, Message: fe.Message}
+			}
+			if a.o.Observer != nil {
+				a.o.Observer.APIError(errs[0].Code)
+			}
+			writeErrors(w, http.StatusBadRequest, errs)
+			return
+		}
+		if !env.Deadline.IsZero() && !now.Before(env.Deadline) {
+			a.fail(w, http.StatusBadRequest, CodeDeadlineExceeded, "/context/request/deadlineUtc", "The request deadline has already passed.", false)
+			return
+		}
+	}
+	digest, err := canon.Digest(json.RawMessage(body))
+	if err != nil {
+		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body is not canonicalizable JSON: "+err.Error(), false)
+		return
+	}
+
+	var idem *wal.IdempotencyRecord
+	if env != nil && !dryRun {
+		key := idempotencyKey(env, req)
+		if !a.claim("idem\x00" + key) {
+			a.fail(w, http.StatusConflict, CodeIdempotencyInProgress, "/context/request/idempotencyKey", "A request with this idempotency key is still being decided.", true)
+			return
+		}
+		defer a.release("idem\x00" + key)
+		rec, err := a.o.Store.Idempotency(r.Context(), key)
+		switch {
+		case err == nil && rec.RequestDigest == digest:
+			a.replay(w, r.Context(), rec.PreflightID)
+			return
+		case err == nil:
+			a.fail(w, http.StatusConflict, CodeIdempotencyKeyReused, "/context/request/idempotencyKey", "This idempotency key was already used with a different request.", false)
+			return
+		case !errors.Is(err, wal.ErrNotFound):
+			a.unavailable(w, "read idempotency record", err)
+			return
+		}
+		idem = &wal.IdempotencyRecord{Key: key, RequestDigest: digest}
+	}
+
+	sessionKey, hasSession := req.SessionKey()
+	attempt := 1
+	if hasSession {
+		unlock := a.lockSession(sessionKey)
+		defer unlock()
+		n, err := a.o.Store.SessionAttempts(r.Context(), sessionKey)
+		if err != nil {
+			a.unavailable(w, "read repair session", err)
+			return
+		}
+		attempt = n + 1
+	}
+
+	bundle := a.o.Bundle()
+	if bundle == nil {
+		a.unavailable(w, "no policy bundle loaded", errors.New("bundle missing"))
+		return
+	}
+	var d *preflight.Decision
+	switch {
+	case hasSession && attempt > 1+a.o.MaxRepairAttempts:
+		d = preflight.NotEvaluated(preflight.ReasonRepairExhausted, attempt, now, a.o.BindingWindow)
+	default:
+		d, err = a.o.Verifier.Evaluate(r.Context(), preflight.Input{Request: req, Envelope: env,
+			Governance: bundle.Governance(), Clauses: bundle.Clauses(), Attempt: attempt})
+		if err != nil {
+			a.unavailable(w, "evaluate preflight", err)
+			return
+		}
+		if !hasSession {
+			denyWith(d, preflight.ReasonSessionMetadataMissing)
+		}
+	}
+	if !dryRun {
+		d.PreflightID, d.AuditID = a.o.NewPreflightID(), a.o.NewAuditID()
+	}
+	out, err := canon.Marshal(d)
+	if err != nil {
+		a.unavailable(w, "encode decision", err)
+		return
+	}
+	if !dryRun {
+		expires, _ := time.Parse(time.RFC3339Nano, d.Eligibility.ExpiresAt)
+		b, err := preflight.BindingOf(req, d, expires)
+		if err != nil {
+			a.unavailable(w, "bind decision", err)
+			return
+		}
+		b.Decision = out
+		if env != nil {
+			b.Tenant = env.TenantIDRef
+		}
+		attrs := map[string]any{"request_digest": digest, "attempt": d.Attempt, "reason": d.Reason,
+			"bundle_revision": bundle.Revision(), "dry_run": false}
+		if a.o.StoreRawRequests {
+			attrs["request"] = json.RawMessage(body)
+		}
+		if idem != nil {
+			idem.PreflightID = d.PreflightID
+		}
+		rec := wal.PreflightRecord{Binding: b, Decision: out, Time: now, Attrs: attrs, Idempotency: idem}
+		if hasSession {
+			rec.SessionKey = sessionKey
+		}
+		if _, err := a.o.Store.RecordPreflight(r.Context(), rec); err != nil {
+			a.unavailable(w, "record preflight", err)
+			return
+		}
+	}
+	if a.o.Observer != nil {
+		a.o.Observer.Preflight(d.Outcome, d.Reason, d.Attempt, time.Since(start))
+	}
+	a.o.Logger.Info("preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
+		"outcome", string(d.Outcome), "reason", d.Reason, "attempt", d.Attempt, "dry_run", dryRun)
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
+}
+
+// idempotencyKey scopes the envelope's key by tenant and actor (SPEC §3.4).
+func idempotencyKey(env *envelope.Envelope, req *preflight.Request) string {
+	actor := env.ActorIDRef
+	if actor == "" {
+		actor = req.Context.Actor.ID
+	}
+	b, _ := json.Marshal([3]string{env.TenantIDRef, actor, env.IdempotencyKey})
+	return string(b)
+}
+
+// replay answers with the recorded decision of an idempotency key.
+func (a *API) replay(w http.ResponseWriter, ctx context.Context, preflightID string) {
+	b, err := a.o.Store.Binding(ctx, preflightID)
+	if err != nil {
+		a.unavailable(w, "read recorded decision", err)
+		return
+	}
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.Header().Set(headerIdempotentReplayed, "true")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b.Decision)
+}
+
+func (a *API) unavailable(w http.ResponseWriter, op string, err error) {
+	a.o.Logger.Error("preflight cannot be decided", "op", op, "err", err)
+	a.fail(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "The verifier cannot decide right now; nothing was recorded.", true)
+}
+
+func (a *API) claim(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight[key] {
+		return false
+	}
+	a.inflight[key] = true
+	return true
+}
+
+func (a *API) release(key string) {
+	a.mu.Lock()
+	delete(a.inflight, key)
+	a.mu.Unlock()
+}
+
+// lockSession serialises the attempts of one repair session.
+func (a *API) lockSession(key string) (unlock func()) {
+	a.mu.Lock()
+	l := a.sessions[key]
+	if l == nil {
+		l = &sessionLock{}
+		a.sessions[key] = l
+	}
+	l.refs++
+	a.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		a.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(a.sessions, key)
+		}
+		a.mu.Unlock()
+	}
+}
+
+// getPreflight returns a stored decision, byte for byte.
+func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	tenant, all, ok := a.authorize(r)
+	if !ok {
+		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
+		return
+	}
+	b, err := a.o.Store.Binding(r.Context(), id)
+	if errors.Is(err, wal.ErrNotFound) || (err == nil && !all && b.Tenant != tenant) {
+		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No preflight decision has this id.", false)
+		return
+	}
+	if err != nil {
+		a.unavailable(w, "read preflight", err)
+		return
+	}
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.WriteHeader(http.StatusOK)
+	w.Write(b.Decision)
+}
+
+// getAudit returns the audit join of SPEC §9.
+func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	tenant, all, ok := a.authorize(r)
+	if !ok {
+		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
+		return
+	}
+	frames, err := a.o.Store.AuditFrames(r.Context(), id)
+	if err != nil {
+		a.unavailable(w, "read audit frames", err)
+		return
+	}
+	if !all && len(frames) > 0 && !framesInTenant(frames, tenant) {
+		frames = nil
+	}
+	if len(frames) == 0 {
+		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No frames have this audit id.", false)
+		return
+	}
+	b, err := json.Marshal(map[string]any{"audit_id": id, "frames": frames})
+	if err != nil {
+		a.unavailable(w, "encode audit frames", err)
+		return
+	}
+	w.Header().Set("Content-Type", contentTypeJSON)
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+func (a *API) authorize(r *http.Request) (tenant string, all, ok bool) {
+	if a.o.Access == nil {
+		return "", true, true
+	}
+	return a.o.Access.Authorize(r)
+}
+
+// framesInTenant reports whether the audit id's preflight belongs to tenant.
+// An audit id with no preflight frame (a call made without one) belongs to
+// no tenant.
+func framesInTenant(frames []wal.Frame, tenant string) bool {
+	for _, f := range frames {
+		if f.Kind != wal.KindPreflight {
+			continue
+		}
+		var t string
+		if _, err := f.Attr("tenant", &t); err == nil && t == tenant {
+			return true
+		}
+		return false
+	}
+	return tenant == ""
+}
+
+// denyWith turns an evaluated decision into a deny for a reason outside the
+// catalog (a request without session metadata). The rows stay as evaluated,
+// so the caller still sees what else would fail.
+func denyWith(d *preflight.Decision, reason string) {
+	d.Outcome, d.Reason = preflight.OutcomeDeny, reason
+	d.Eligibility.Allowed = false
+	d.Eligibility.BoundToolKinds = []string{}
+}

@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/contractrefine/autonomy/preflight/envelope"
+)
+
+// Error codes of SPEC §3.3 that this package answers with.
+const (
+	CodeMalformedRequest        = "malformed-request"
+	CodeValidationFailed        = envelope.CodeValidationFailed
+	CodeUnsupportedVersion      = envelope.CodeUnsupportedVersion
+	CodeDeadlineExceeded        = "deadline-exceeded"
+	CodeIdempotencyKeyReused    = "idempotency-key-reused"
+	CodeIdempotencyInProgress   = "idempotency-in-progress"
+	CodeRequestTooLarge         = "request-too-large"
+	CodePreflightDisabled       = "preflight-disabled"
+	CodeVerifierUnavailable     = "verifier-unavailable"
+	CodeNotFound                = "not-found"
+	CodeUnauthorized            = "unauthorized"
+	CodeMethodNotAllowed        = "method-not-allowed"
+	headerIdempotentReplayed    = "Idempotent-Replayed"
+	contentTypeJSON             = "application/json"
+	contentTypeJSONWithCharset  = "application/json; charset=utf-8"
+	maxErrorsListed             = 100
+	retryAfterUnavailableSecond = "1"
+)
+
+// apiError is one entry of the error body.
+type apiError struct {
+	Code              string   `json:"code"`
+	ContractVersion   string   `json:"contractVersion,omitempty"`
+	Path              string   `json:"path"`
+	Message           string   `json:"message"`
+	Retryable         bool     `json:"retryable"`
+	SupportedVersions []string `json:"supportedVersions,omitempty"`
+}
+
+type errorBody struct {
+	Error  apiError   `json:"error"`
+	Errors []apiError `json:"errors"`
+}
+
+// writeErrors answers status with the first error in "error" and all of
+// them in "errors".
+func writeErrors(w http.ResponseWriter, status int, errs []apiError) {
+	if len(errs) > maxErrorsListed {
+		errs = errs[:maxErrorsListed]
+	}
+	for i := range errs {
+		errs[i].ContractVersion = envelope.ContractVersion
+		errs[i].SupportedVersions = envelope.SupportedVersions
+	}
+	b, _ := json.Marshal(errorBody{Error: errs[0], Errors: errs})
+	w.Header().Set("Content-Type", contentTypeJSON)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterUnavailableSecond)
+	}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, code, path, message string, retryable bool) {
+	writeErrors(w, status, []apiError{{Code: code, Path: path, Message: message, Retryable: retryable}})
+}

@@ -1,0 +1,300 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/gateway"
+	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/internal/ids"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// ShutdownTimeout bounds how long in-flight requests get to finish.
+const ShutdownTimeout = 10 * time.Second
+
+// Options are the parts of a Server that tests inject.
+type Options struct {
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is a configured, not yet listening service.
+type Server struct {
+	cfg    config.Config
+	log    *slog.Logger
+	now    func() time.Time
+	db     *wal.DB
+	bundle atomic.Pointer[bundle.Bundle]
+	gate   *binding.Gate
+	api    *httpapi.API
+	grpc   *grpc.Server
+	health *health.Server
+
+	ready   atomic.Bool
+	probeMu sync.Mutex
+}
+
+// LoadBundle loads the configured bundle with the configured limits.
+func LoadBundle(ctx context.Context, cfg *config.Config) (*bundle.Bundle, error) {
+	return bundle.Load(ctx, cfg.Bundle, &bundle.Options{PolicyTimeout: cfg.Policy.Timeout,
+		ClauseCostLimit: cfg.Clauses.CostLimit})
+}
+
+// New opens the WAL and loads the bundle. The caller must Run or Close it.
+func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: o.Logger, now: o.Now}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	b, err := LoadBundle(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.bundle.Store(b)
+	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.db = db
+
+	mode := binding.Mode(cfg.ContractRefine.Mode)
+	s.gate = binding.New(binding.Options{
+		Store:            db,
+		Policy:           func() binding.Policy { return s.bundle.Load() },
+		Mode:             mode,
+		Path:             cfg.Gate.Path,
+		KindPointer:      cfg.Gate.KindPointer,
+		ArgsPointer:      cfg.Gate.ArgsPointer,
+		KindHeader:       cfg.Gate.KindHeader,
+		ActorHeader:      cfg.Gate.ActorHeader,
+		CacheTTL:         cfg.ContractRefine.BindingCacheTTL,
+		CacheSize:        cfg.ContractRefine.BindingCacheSize,
+		StoreRawRequests: cfg.WAL.StoreRawRequests,
+		Now:              s.now,
+		NewID:            ids.Audit,
+		Logger:           s.log,
+	})
+	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
+		Offline: cfg.ContractRefine.Offline, Now: s.now})
+	s.api = httpapi.New(httpapi.Options{
+		Verifier:          verifier,
+		Store:             db,
+		Bundle:            func() httpapi.Bundle { return s.bundle.Load() },
+		Disabled:          mode == binding.ModeDisabled,
+		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
+		BindingWindow:     cfg.ContractRefine.BindingWindow,
+		MaxRepairAttempts: cfg.ContractRefine.MaxRepairAttempts,
+		StoreRawRequests:  cfg.WAL.StoreRawRequests,
+		Now:               s.now,
+		NewPreflightID:    ids.Preflight,
+		NewAuditID:        ids.Audit,
+		Logger:            s.log,
+	})
+	s.health = health.NewServer()
+	s.grpc = grpc.NewServer()
+	extauthz.NewServer(s.gate).Register(s.grpc)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Handler returns the HTTP listener's handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/preflight", s.api)
+	mux.Handle("/v1/preflight/", s.api)
+	mux.Handle("/v1/audit/", s.api)
+	check := extauthz.NewHTTPHandler(s.gate, s.cfg.HTTP.MaxBodyBytes)
+	mux.Handle(extauthz.HTTPPrefix, check)
+	mux.Handle(extauthz.HTTPPrefix+"/", check)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	return mux
+}
+
+// readyz reports whether the WAL can write and a bundle is loaded.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	err := s.probe(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"status":"unready","reason":%q}`, err.Error())
+		return
+	}
+	w.Write([]byte(`{"status":"ready"}`))
+}
+
+// probe checks readiness and mirrors it into grpc.health.v1.
+func (s *Server) probe(ctx context.Context) error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	var err error
+	if s.bundle.Load() == nil {
+		err = errors.New("no policy bundle loaded")
+	} else if perr := s.db.Probe(ctx); perr != nil {
+		err = fmt.Errorf("wal cannot write: %w", perr)
+	}
+	was := s.ready.Swap(err == nil)
+	status := healthpb.HealthCheckResponse_SERVING
+	if err != nil {
+		status = healthpb.HealthCheckResponse_NOT_SERVING
+		if was {
+			s.log.Error("service unready", "err", err)
+		}
+	} else if !was {
+		s.log.Info("service ready again")
+	}
+	s.health.SetServingStatus("", status)
+	s.health.SetServingStatus(authzServiceName, status)
+	return err
+}
+
+const authzServiceName = "envoy.service.auth.v3.Authorization"
+
+// Gate returns the gate (tests and benchmarks drive it directly).
+func (s *Server) Gate() *binding.Gate { return s.gate }
+
+// WAL returns the open log.
+func (s *Server) WAL() *wal.DB { return s.db }
+
+// Listen opens a listener for addr: "unix:/path" or "unix:///path" is a Unix
+// socket (a stale socket file is replaced), anything else TCP.
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		path = strings.TrimPrefix(path, "//")
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, err
+		}
+		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+			os.Remove(path)
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// Run serves until ctx ends, then stops accepting, lets in-flight requests
+// finish (up to ShutdownTimeout) and closes the WAL.
+func (s *Server) Run(ctx context.Context) error {
+	httpLn, err := Listen(s.cfg.HTTPAddr)
+	if err != nil {
+		s.db.Close()
+		return fmt.Errorf("listen http_addr %s: %w", s.cfg.HTTPAddr, err)
+	}
+	grpcLn, err := Listen(s.cfg.GRPCAddr)
+	if err != nil {
+		httpLn.Close()
+		s.db.Close()
+		return fmt.Errorf("listen grpc_addr %s: %w", s.cfg.GRPCAddr, err)
+	}
+	servers := []*http.Server{s.httpServer(s.Handler())}
+	listeners := []net.Listener{httpLn}
+	attrs := []any{"http_addr", httpLn.Addr().String(), "grpc_addr", addrString(grpcLn),
+		"mode", string(s.cfg.ContractRefine.Mode), "bundle", s.bundle.Load().Source(),
+		"bundle_revision", s.bundle.Load().Revision(), "wal", s.db.Path()}
+	if s.cfg.Upstream != "" {
+		up, _ := url.Parse(s.cfg.Upstream)
+		gwLn, err := Listen(s.cfg.GatewayAddr)
+		if err != nil {
+			httpLn.Close()
+			grpcLn.Close()
+			s.db.Close()
+			return fmt.Errorf("listen gateway_addr %s: %w", s.cfg.GatewayAddr, err)
+		}
+		gw := gateway.New(gateway.Options{Gate: s.gate, Upstream: up, MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, Logger: s.log})
+		servers = append(servers, s.httpServer(gw))
+		listeners = append(listeners, gwLn)
+		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
+	}
+	s.probe(ctx)
+	errc := make(chan error, len(servers)+1)
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
+	go func() { errc <- s.grpc.Serve(grpcLn) }()
+	s.log.Info("listening", attrs...)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); srv.Shutdown(shutdownCtx) }()
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		s.grpc.Stop()
+	}
+	wg.Wait()
+	if err := s.db.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	s.log.Info("stopped")
+	if errors.Is(runErr, http.ErrServerClosed) || errors.Is(runErr, grpc.ErrServerStopped) {
+		runErr = nil
+	}
+	return runErr
+}
+
+// Close releases what New opened, for a Server that never ran.
+func (s *Server) Close() error { return s.db.Close() }
+
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.HTTP.ReadTimeout,
+		WriteTimeout:      s.cfg.HTTP.WriteTimeout,
+		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+func addrString(ln net.Listener) string {
+	if ln.Addr().Network() == "unix" {
+		return "unix:" + ln.Addr().String()
+	}
+	return ln.Addr().String()
+}
