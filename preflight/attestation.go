@@ -1,0 +1,59 @@
+package preflight
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// MaxAttestationSkew is how far in the future an attestation's issued_at may
+// lie, to absorb clock skew between the node and the verifier.
+const MaxAttestationSkew = 30 * time.Second
+
+// checkAttestationFreshness is contract 6: a plan that changes anything, or
+// any plan when the operator requires it, comes from an enrolled node that
+// attested recently.
+func checkAttestationFreshness(e *evaluation) (Result, error) {
+	applies := e.gov != nil && e.gov.Attestation.Required
+	for _, s := range e.req.Plan.Steps {
+		if c, ok := e.gov.Capability(s.Kind); ok && c.SideEffects {
+			applies = true
+			break
+		}
+	}
+	if !applies {
+		return notApplicable(ContractAttestationFreshness, "no step has side effects and attestation is not required"), nil
+	}
+	r := newRow(ContractAttestationFreshness)
+	a := e.req.Context.Attestation
+	if a == nil {
+		r.fail("", "/context/attestation", "an attestation is required")
+		return r.result(ReasonAttestationStale), nil
+	}
+	var policy AttestationPolicy
+	if e.gov != nil {
+		policy = e.gov.Attestation
+	}
+	switch {
+	case a.NodeID == "":
+		r.fail("", "/context/attestation/node_id", "the attestation names no node")
+	case len(policy.EnrolledNodes) > 0 && !slices.Contains(policy.EnrolledNodes, a.NodeID):
+		r.fail("", "/context/attestation/node_id", fmt.Sprintf("node %q is not enrolled", a.NodeID))
+	}
+	issued, err := time.Parse(time.RFC3339, a.IssuedAt)
+	if err != nil {
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("issued_at %q is not an RFC 3339 time", a.IssuedAt))
+		return r.result(ReasonAttestationStale), nil
+	}
+	maxAge := time.Duration(policy.MaxAge)
+	if maxAge == 0 {
+		maxAge = DefaultAttestationMaxAge
+	}
+	switch age := e.now.Sub(issued); {
+	case age > maxAge:
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is %s old; the limit is %s", age, maxAge))
+	case -age > MaxAttestationSkew:
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is issued %s in the future; the limit is %s", -age, MaxAttestationSkew))
+	}
+	return r.result(ReasonAttestationStale), nil
+}

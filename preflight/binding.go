@@ -1,0 +1,59 @@
+package preflight
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+)
+
+// SessionKey names the request's repair session (INV-CR-6): the actor's
+// session id and the plan hash, encoded as a JSON array so that no two
+// pairs share a key. ok is false when either is empty.
+func (r *Request) SessionKey() (key string, ok bool) {
+	if r.Context.Actor.SessionID == "" || r.Intent.PlanHash == "" {
+		return "", false
+	}
+	b, err := json.Marshal([2]string{r.Context.Actor.SessionID, r.Intent.PlanHash})
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// BindingOf derives what the gate needs from a recorded decision: its ids
+// and outcome, the actor, and each step's kind with the digest of its
+// canonical args (absent args digest as {}). Decision holds the decision's
+// JSON, the bytes GET /v1/preflight/{id} returns. Tenant is left for the
+// caller, which holds the validated envelope.
+func BindingOf(req *Request, d *Decision, expiresAt time.Time) (Binding, error) {
+	if req == nil || d == nil {
+		return Binding{}, ErrNilRequest
+	}
+	b := Binding{
+		PreflightID: d.PreflightID,
+		AuditID:     d.AuditID,
+		Outcome:     d.Outcome,
+		ActorID:     req.Context.Actor.ID,
+		ExpiresAt:   expiresAt,
+		Steps:       make([]BoundStep, 0, len(req.Plan.Steps)),
+	}
+	for i, s := range req.Plan.Steps {
+		args := s.Args
+		if args == nil {
+			args = map[string]any{}
+		}
+		digest, err := canon.Digest(args)
+		if err != nil {
+			return Binding{}, fmt.Errorf("digest args of step %d (%s): %w", i, s.ID, err)
+		}
+		b.Steps = append(b.Steps, BoundStep{ID: s.ID, Kind: s.Kind, ArgsDigest: digest})
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return Binding{}, fmt.Errorf("encode decision: %w", err)
+	}
+	b.Decision = raw
+	return b, nil
+}

@@ -1,0 +1,169 @@
+package preflight
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// minimal wraps step JSON into an otherwise valid request.
+func minimal(steps string) string {
+	return `{"intent":{"summary":"s"},"plan":{"steps":[` + steps + `]},"context":{"actor":{"id":"a"}}}`
+}
+
+func TestDecodeRequestErrors(t *testing.T) {
+	deep := func(n int) string {
+		return minimal(`{"id":"s1","kind":"tool.echo","args":{"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}}`)
+	}
+	cases := map[string]struct {
+		body    string
+		path    string
+		message string
+	}{
+		"empty body":             {"  \n", "", "request body is empty"},
+		"not JSON":               {"hello", "", "invalid JSON"},
+		"array root":             {"[]", "", "must be an object, got an array"},
+		"null root":              {"null", "", "must be an object, got null"},
+		"unknown top-level":      {`{"intent":{"summary":"s"},"extra":1}`, "/extra", `unknown field "extra"`},
+		"case differs":           {`{"Intent":{"summary":"s"}}`, "/Intent", `unknown field "Intent"`},
+		"escaped unknown name":   {`{"a/b~":1}`, "/a~1b~0", `unknown field "a/b~"`},
+		"unknown step field":     {minimal(`{"id":"s1"},{"id":"s2","idd":"x"}`), "/plan/steps/1/idd", `unknown field "idd"`},
+		"unknown actor field":    {`{"intent":{"summary":"s"},"plan":{"steps":[]},"context":{"actor":{"id":"a","role":"x"}}}`, "/context/actor/role", `unknown field "role"`},
+		"duplicate field":        {`{"intent":{"summary":"s","summary":"t"}}`, "/intent/summary", `duplicate field "summary"`},
+		"duplicate arg":          {minimal(`{"id":"s1","args":{"a":1,"a":2}}`), "/plan/steps/0/args/a", `duplicate field "a"`},
+		"duplicate nested arg":   {minimal(`{"id":"s1","args":{"a":[{"b":1,"b":1}]}}`), "/plan/steps/0/args/a/0/b", `duplicate field "b"`},
+		"wrong type with index":  {minimal(`{"id":"s1"},{"id":5}`), "/plan/steps/1/id", "must be a string, got a number"},
+		"depends_on element":     {minimal(`{"id":"s1","depends_on":[true]}`), "/plan/steps/0/depends_on/0", "must be a string, got a boolean"},
+		"null in a string array": {minimal(`{"id":"s1","expected_evidence":[null]}`), "/plan/steps/0/expected_evidence/0", "must be a string, got null"},
+		"provenance value":       {minimal(`{"id":"s1","provenance":{"x":1}}`), "/plan/steps/0/provenance/x", "must be a string, got a number"},
+		"args not an object":     {minimal(`{"id":"s1","args":[1]}`), "/plan/steps/0/args", "must be an object, got an array"},
+		"step not an object":     {minimal(`"s1"`), "/plan/steps/0", "must be an object, got a string"},
+		"steps not an array":     {`{"intent":{"summary":"s"},"plan":{"steps":{}}}`, "/plan/steps", "must be an array, got an object"},
+		"intent not an object":   {`{"intent":"s"}`, "/intent", "must be an object, got a string"},
+		"envelope not an object": {`{"intent":{"summary":"s"},"plan":{"steps":[]},"context":{"actor":{"id":"a"},"request":"x"}}`, "/context/request", "must be an object"},
+		"attestation type":       {`{"intent":{"summary":"s"},"plan":{"steps":[]},"context":{"actor":{"id":"a"},"attestation":[]}}`, "/context/attestation", "must be an object, got an array"},
+		"summary missing":        {`{"plan":{"steps":[]},"context":{"actor":{"id":"a"}}}`, "/intent/summary", "intent.summary is required"},
+		"summary blank":          {`{"intent":{"summary":"  "},"plan":{"steps":[]},"context":{"actor":{"id":"a"}}}`, "/intent/summary", "intent.summary is required"},
+		"steps missing":          {`{"intent":{"summary":"s"},"plan":{},"context":{"actor":{"id":"a"}}}`, "/plan/steps", "plan.steps is required"},
+		"steps null":             {`{"intent":{"summary":"s"},"plan":{"steps":null},"context":{"actor":{"id":"a"}}}`, "/plan/steps", "plan.steps is required"},
+		"actor id missing":       {`{"intent":{"summary":"s"},"plan":{"steps":[]},"context":{"actor":{}}}`, "/context/actor/id", "context.actor.id is required"},
+		"trailing document":      {minimal(``) + ` {}`, "", "unexpected data after the JSON document"},
+		"trailing garbage":       {minimal(``) + ` x`, "", "unexpected data after the JSON document"},
+		"truncated":              {`{"intent":{"summary":"s"},"plan":{"steps":[{"id":`, "/plan/steps/0/id", "unexpected end of JSON input"},
+		"number out of range":    {minimal(`{"id":"s1","args":{"a":[1e999]}}`), "/plan/steps/0/args/a/0", "number 1e999 is out of range"},
+		"too deep":               {deep(MaxNesting - 4), "", "JSON nesting is deeper than 64 levels"},
+		"very deep":              {strings.Repeat("[", 1<<20), "", "JSON nesting is deeper than 64 levels"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(tc.body))
+			if err == nil {
+				t.Fatalf("decoded %+v, want an error", req)
+			}
+			if err.Code != CodeMalformedRequest || err.Path != tc.path || !strings.Contains(err.Message, tc.message) {
+				t.Errorf("error = %+v, want path %q and a message containing %q", err, tc.path, tc.message)
+			}
+		})
+	}
+}
+
+func TestDecodeRequest(t *testing.T) {
+	t.Run("refund", func(t *testing.T) {
+		body := strings.Replace(refundJSON, `"required_rollback": "rb.refund.void"`,
+			`"required_rollback": "rb.refund.void", "request": {"contractVersion": "x", "anything": {"goes": [1]}}`, 1)
+		req, err := DecodeRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2 := req.Plan.Steps[1]
+		if s2.Args["amountUsd"] != json.Number("125") || s2.DependsOn[0] != "s1" || s2.Provenance["amountUsd"] != "input:/amountUsd" {
+			t.Errorf("step s2 = %+v", s2)
+		}
+		if req.Context.Attestation == nil || req.Context.Attestation.NodeID != "edge-7" || req.Context.DecisionChain == nil {
+			t.Errorf("context = %+v", req.Context)
+		}
+		if compact(string(req.Context.Request)) != `{"anything":{"goes":[1]},"contractVersion":"x"}` {
+			t.Errorf("context.request = %s", req.Context.Request)
+		}
+	})
+	cases := map[string]struct {
+		body  string
+		check func(*Request) bool
+	}{
+		"empty steps are a plan_shape matter": {
+			minimal(``), func(r *Request) bool { return r.Plan.Steps != nil && len(r.Plan.Steps) == 0 },
+		},
+		"unknown names inside args are data": {
+			minimal(`{"id":"s1","args":{"Anything":{"x":[1,2.50,null,true]}}}`),
+			func(r *Request) bool {
+				inner := r.Plan.Steps[0].Args["Anything"].(map[string]any)["x"].([]any)
+				return inner[1] == json.Number("2.50") && inner[2] == nil
+			},
+		},
+		"null optional fields are absent": {
+			`{"intent":{"summary":"s","plan_hash":null},"plan":{"steps":[{"id":"s1","args":null,"zone":null}]},
+			  "context":{"actor":{"id":"a"},"attestation":null,"request":null}}`,
+			func(r *Request) bool {
+				return r.Plan.Steps[0].Args == nil && r.Context.Attestation == nil && r.Context.Request == nil
+			},
+		},
+		"brackets inside strings do not nest": {
+			minimal(`{"id":"` + strings.Repeat("[{", 100) + `","args":{"s":"\"]]]"}}`),
+			func(r *Request) bool { return len(r.Plan.Steps[0].ID) == 200 },
+		},
+		"nesting of exactly 64": {
+			minimal(`{"id":"s1","args":{"x":` + strings.Repeat("[", MaxNesting-5) + strings.Repeat("]", MaxNesting-5) + `}}`),
+			func(r *Request) bool { return r.Plan.Steps[0].Args["x"] != nil },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(req) {
+				t.Errorf("decoded %+v", req)
+			}
+		})
+	}
+}
+
+func TestRequestErrorMessage(t *testing.T) {
+	err := malformed("/intent/summary", "required")
+	if got := err.Error(); got != `preflight: malformed-request at "/intent/summary": required` {
+		t.Errorf("Error() = %q", got)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(refundJSON))
+	f.Add([]byte(minimal(`{"id":"s1","kind":"tool.echo","args":{"a":[1,{"b":null}]}}`)))
+	f.Add([]byte(`{"intent":{"summary":"s"},"plan":{"steps":[]},"context":{"actor":{"id":"a"},"request":{"x":1}}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, rerr := DecodeRequest(body)
+		if rerr != nil {
+			if req != nil || rerr.Code != CodeMalformedRequest {
+				t.Fatalf("error %+v with request %+v", rerr, req)
+			}
+			return
+		}
+		// A decoded request re-encodes, and the encoding decodes to a
+		// request that encodes the same way.
+		first, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, rerr := DecodeRequest(first)
+		if rerr != nil {
+			t.Fatalf("re-decode %s: %v", first, rerr)
+		}
+		second, err := json.Marshal(again)
+		if err != nil {
+			t.Fatalf("re-encode again: %v", err)
+		}
+		if string(first) != string(second) {
+			t.Fatalf("encoding is not stable:\n%s\n%s", first, second)
+		}
+	})
+}

@@ -1,0 +1,95 @@
+package preflight
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+)
+
+// Provenance forms a step argument may declare (SPEC §3.5.2).
+const (
+	provenanceInput   = "input:"
+	provenanceStep    = "step:"
+	provenanceLiteral = "literal"
+	provenanceModel   = "model"
+)
+
+// checkArgumentProvenance is contract 2: every argument of a side-effecting
+// step says where its value came from, and a value claimed to come from the
+// envelope input really is that value.
+func checkArgumentProvenance(e *evaluation) (Result, error) {
+	r := newRow(ContractArgumentProvenance)
+	applies := false
+	for i, s := range e.req.Plan.Steps {
+		c, ok := e.gov.Capability(s.Kind)
+		if !ok || !c.SideEffects {
+			continue
+		}
+		applies = true
+		names := make([]string, 0, len(s.Args))
+		for name := range s.Args {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			e.checkProvenance(r, i, s, name)
+		}
+	}
+	if !applies {
+		return notApplicable(ContractArgumentProvenance, "no step's capability has side effects"), nil
+	}
+	return r.result(ReasonArgumentProvenanceInvalid), nil
+}
+
+func (e *evaluation) checkProvenance(r *row, i int, s Step, name string) {
+	field := stepField(i, "provenance/"+escapeToken(name))
+	source, ok := s.Provenance[name]
+	switch {
+	case !ok:
+		r.fail(s.ID, field, fmt.Sprintf("argument %q has no provenance", name))
+	case strings.HasPrefix(source, provenanceInput):
+		e.checkInputProvenance(r, i, s, name, strings.TrimPrefix(source, provenanceInput))
+	case strings.HasPrefix(source, provenanceStep):
+		dep := strings.TrimPrefix(source, provenanceStep)
+		if !slices.Contains(s.DependsOn, dep) {
+			r.fail(s.ID, field, fmt.Sprintf("argument %q comes from step %q, which is not in depends_on", name, dep))
+		}
+	case source == provenanceLiteral:
+	case source == provenanceModel:
+		if e.env != nil && (e.env.RiskLevel == "high" || e.env.RiskLevel == "critical") {
+			r.fail(s.ID, field, fmt.Sprintf("argument %q is model-generated, which a %s-risk request does not allow for a side effect", name, e.env.RiskLevel))
+		}
+	default:
+		r.fail(s.ID, field, fmt.Sprintf("argument %q has provenance %q; want input:<pointer>, step:<id>, literal or model", name, source))
+	}
+}
+
+// checkInputProvenance compares the argument with the envelope input it
+// claims to copy. The comparison is canonical, so 125 and 125.0 are equal
+// and key order does not matter.
+func (e *evaluation) checkInputProvenance(r *row, i int, s Step, name, pointer string) {
+	field := stepField(i, "provenance/"+escapeToken(name))
+	input, ok := e.envelopeInput()
+	if !ok {
+		r.fail(s.ID, field, fmt.Sprintf("argument %q comes from the envelope input, but the request has no envelope", name))
+		return
+	}
+	want, ok := resolvePointer(input, pointer)
+	if !ok {
+		r.fail(s.ID, field, fmt.Sprintf("argument %q comes from input %q, which does not exist", name, pointer))
+		return
+	}
+	got, errGot := canon.Marshal(s.Args[name])
+	exp, errExp := canon.Marshal(want)
+	if errGot != nil || errExp != nil {
+		r.fail(s.ID, field, fmt.Sprintf("argument %q cannot be compared with input %q canonically", name, pointer))
+		return
+	}
+	if !bytes.Equal(got, exp) {
+		r.repairable(s.ID, stepField(i, "args/"+escapeToken(name)),
+			fmt.Sprintf("argument %q differs from input %q it claims to copy", name, pointer), want)
+	}
+}

@@ -1,0 +1,103 @@
+package preflight
+
+import "strings"
+
+// Reasons the verifier and the binding ladder emit. Every one has the shape
+// "<layer>: <subreason>" that ValidReason checks (INV-CR-4), so dashboards
+// and Rego rules can split on ": " without special cases.
+const (
+	// ReasonPassed: every blocking contract and clause passed.
+	ReasonPassed = "contract: passed"
+	// ReasonRepairRequired: every blocking failure carries a bounded hint.
+	ReasonRepairRequired = "contract: repair_required"
+	// ReasonRepairExhausted: the session spent its repair budget (INV-CR-6).
+	ReasonRepairExhausted = "contract: repair_exhausted"
+	// ReasonSessionMetadataMissing: actor.session_id or intent.plan_hash is absent.
+	ReasonSessionMetadataMissing = "contract: session_metadata_missing"
+	// ReasonVerifierUnavailable: a contract panicked or the verifier cannot run.
+	ReasonVerifierUnavailable = "contract: verifier_unavailable"
+	// ReasonResolverError: an injected resolver (the decision chain) failed.
+	ReasonResolverError = "contract: resolver_error"
+	// ReasonIntrospectorError: an introspection dependency of the caller failed.
+	ReasonIntrospectorError = "contract: introspector_error"
+
+	// ReasonPreflightRequired: the gate needed a preflight id and had none it knows.
+	ReasonPreflightRequired = "contract: preflight_required"
+	// ReasonBindingMismatch: kind, actor or argument digest differs from the preflight.
+	ReasonBindingMismatch = "contract: preflight_binding_mismatch"
+	// ReasonExpired: the binding's expires_at has passed.
+	ReasonExpired = "contract: preflight_expired"
+	// ReasonReplay: every step of this kind was already consumed.
+	ReasonReplay = "contract: preflight_replay"
+
+	// ReasonPlanShapeInvalid is the plan_shape failure.
+	ReasonPlanShapeInvalid = "contract: plan_shape_invalid"
+	// ReasonArgumentProvenanceInvalid is the argument_provenance failure.
+	ReasonArgumentProvenanceInvalid = "contract: argument_provenance_invalid"
+	// ReasonCapabilityNotInZone is the capability_in_zone failure.
+	ReasonCapabilityNotInZone = "contract: capability_not_in_zone"
+	// ReasonRollbackContractNotReady is the rollback_contract failure.
+	ReasonRollbackContractNotReady = "contract: rollback_contract_not_ready"
+	// ReasonExpectedEvidenceMissing is the expected_evidence failure.
+	ReasonExpectedEvidenceMissing = "contract: expected_evidence_missing"
+	// ReasonAttestationStale is the attestation_freshness failure.
+	ReasonAttestationStale = "contract: attestation_stale"
+	// ReasonDecisionChainIncomplete is the blocking decision_chain_complete failure.
+	ReasonDecisionChainIncomplete = "contract: decision_chain_incomplete"
+	// ReasonChainUnverifiableOffline is the advisory decision_chain_complete
+	// failure: offline, the local WAL lacks an id of the chain.
+	ReasonChainUnverifiableOffline = "contract: chain_unverifiable_offline"
+
+	// ReasonPreconditionViolated: a declared precondition is false for a step's args.
+	ReasonPreconditionViolated = "clause: precondition_violated"
+	// ReasonInvariantViolated: a declared invariant is false for a step's args.
+	ReasonInvariantViolated = "clause: invariant_violated"
+	// ReasonPostconditionViolated: a declared postcondition is false for a result.
+	ReasonPostconditionViolated = "clause: postcondition_violated"
+)
+
+// Names of the seven contracts of SPEC §3.5.
+const (
+	ContractPlanShape             = "plan_shape"
+	ContractArgumentProvenance    = "argument_provenance"
+	ContractCapabilityInZone      = "capability_in_zone"
+	ContractRollback              = "rollback_contract"
+	ContractExpectedEvidence      = "expected_evidence"
+	ContractAttestationFreshness  = "attestation_freshness"
+	ContractDecisionChainComplete = "decision_chain_complete"
+)
+
+// Catalog returns the contract names in catalog order, the order of every
+// decision's contract_results. The slice is fresh on each call, so callers
+// may keep or change it.
+func Catalog() []string {
+	return []string{
+		ContractPlanShape,
+		ContractArgumentProvenance,
+		ContractCapabilityInZone,
+		ContractRollback,
+		ContractExpectedEvidence,
+		ContractAttestationFreshness,
+		ContractDecisionChainComplete,
+	}
+}
+
+// ValidReason reports whether reason has the shape
+// ^[a-z][a-z0-9_]*: [a-z0-9_]+$ that every emitted reason must have.
+func ValidReason(reason string) bool {
+	layer, sub, ok := strings.Cut(reason, ": ")
+	if !ok || layer == "" || sub == "" || layer[0] < 'a' || layer[0] > 'z' {
+		return false
+	}
+	return lowerSnake(layer) && lowerSnake(sub)
+}
+
+func lowerSnake(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
+}
