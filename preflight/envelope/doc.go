@@ -1,0 +1,47 @@
+// Package envelope validates the aruntime.runtime-request.v1 envelope a
+// PreflightRequest may carry in context.request, and reads the parts of it
+// the contracts check a plan against.
+//
+// # Rules
+//
+// Validate applies every rule of seed 003. Those a JSON Schema can state live
+// in schema/runtime-request.v1.schema.json (draft 2020-12, embedded and
+// compiled once with santhosh-tekuri/jsonschema/v6): the required fields,
+// types, the riskLevel and dataClassification enums, non-empty ids, tenant
+// and session as an object or null, non-negative limits. Additional
+// properties are allowed everywhere, because the seed lets a major version
+// gain optional fields that older consumers ignore. The schema also requires
+// the few nested fields this service enforces (actor.idRef, the idRef of a
+// given tenant or session, toolPolicy.defaultDecision, maxCalls and
+// allowSideEffects, budget.maxToolCalls), since the seed forbids filling a
+// missing authority or limit with a default.
+//
+// The rest is code: timestampUtc and deadlineUtc are RFC 3339 instants
+// written in UTC with a trailing "Z" (an offset such as -05:00 is refused),
+// deadlineUtc is not before timestampUtc, and a contractVersion outside
+// SupportedVersions is answered with CodeUnsupportedVersion alone. Two
+// further rules protect the reader rather than the contract: a member name
+// may not repeat within an object (readers disagree on which copy wins),
+// and a number literal must stay within 256 characters, an exponent of
+// ±400 and float64 range, because the schema library panics on numbers
+// math/big cannot parse.
+//
+// Whether the deadline has passed needs the clock and is left to the caller.
+//
+// # Error order
+//
+// Validate reports every failure, one per JSON Pointer, in document order:
+//
+//   - An error about a value that is present sorts where that value starts
+//     in the input, so nested errors sit inside their parent's place.
+//   - A missing member of a nested object sorts at the end of that object,
+//     after every error inside it.
+//   - A missing top-level field sorts right after the nearest field that
+//     precedes it in seed 003's field table and is present in the document
+//     (before everything when none is). With the table's order in the input,
+//     errors therefore read in table order: for the seed's invalid example,
+//     /idempotencyKey (missing), then /timestampUtc, then /riskLevel.
+//     Several missing fields sharing one anchor keep the table's order.
+//
+// The first error is the one SPEC §3.3 puts in the response's "error".
+package envelope
