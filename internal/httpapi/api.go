@@ -259,7 +259,11 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		if idem != nil {
 			idem.PreflightID = d.PreflightID
 		}
-		rec := wal.PreflightRecord{Binding: b, Decision: out, Time: now, Attrs: attrs, Idempotency: idem}
+		at, err := time.Parse(time.RFC3339Nano, d.DecidedAt)
+		if err != nil {
+			at = now
+		}
+		rec := wal.PreflightRecord{Binding: b, Decision: out, Time: at, Attrs: attrs, Idempotency: idem}
 		if hasSession {
 			rec.SessionKey = sessionKey
 		}
