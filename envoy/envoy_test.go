@@ -1,0 +1,515 @@
+package envoy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlymutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"gopkg.in/yaml.v3"
+
+	// Registered for their typed_config "@type" URLs; the configs name
+	// them only inside google.protobuf.Any.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+)
+
+// The headers the check reads; Envoy must pass all three to ext_authz.
+var checkHeaders = []string{"x-autonomy-preflight-id", "x-request-id", "x-autonomy-actor"}
+
+const (
+	actorHeader      = "x-autonomy-actor"
+	extAuthzFilter   = "envoy.filters.http.ext_authz"
+	routerFilter     = "envoy.filters.http.router"
+	maxCheckBodySize = 1 << 20
+)
+
+// parseBootstrap decodes an Envoy YAML config the way Envoy does (YAML to
+// JSON to proto, unknown fields rejected), then runs the generated
+// validation on the Bootstrap and on every typed_config inside it.
+func parseBootstrap(yamlText []byte) (*bootstrapv3.Bootstrap, error) {
+	var doc any
+	if err := yaml.Unmarshal(yamlText, &doc); err != nil {
+		return nil, fmt.Errorf("yaml: %w", err)
+	}
+	jsonText, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("yaml to json: %w", err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(jsonText, &b); err != nil {
+		return nil, fmt.Errorf("protojson: %w", err)
+	}
+	if err := validateDeep(&b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+type validator interface{ ValidateAll() error }
+
+// validateDeep runs ValidateAll on m and on every message packed in an Any
+// below it. The generated ValidateAll checks an Any's type URL but not its
+// contents, so without this walk a bad HttpConnectionManager or ExtAuthz
+// would pass.
+func validateDeep(m proto.Message) error {
+	if v, ok := m.(validator); ok {
+		if err := v.ValidateAll(); err != nil {
+			return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+		}
+	}
+	return forEachAny(m.ProtoReflect(), func(a *anypb.Any) error {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			return fmt.Errorf("unpack %s: %w", a.GetTypeUrl(), err)
+		}
+		return validateDeep(inner)
+	})
+}
+
+// forEachAny calls f on every Any set anywhere below msg, stopping at the
+// first error. It does not look inside the Anys: f does that.
+func forEachAny(msg protoreflect.Message, f func(*anypb.Any) error) error {
+	visit := func(child protoreflect.Message) error {
+		if a, ok := child.Interface().(*anypb.Any); ok {
+			return f(a)
+		}
+		return forEachAny(child, f)
+	}
+	var err error
+	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() == nil {
+				return true
+			}
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				err = visit(mv.Message())
+				return err == nil
+			})
+		case fd.IsList():
+			if fd.Message() == nil {
+				return true
+			}
+			for i := range v.List().Len() {
+				if err = visit(v.List().Get(i).Message()); err != nil {
+					break
+				}
+			}
+		case fd.Message() != nil:
+			err = visit(v.Message())
+		}
+		return err == nil
+	})
+	return err
+}
+
+// envoyConfig is a validated config with the parts the tests read unpacked.
+type envoyConfig struct {
+	raw       []byte
+	bootstrap *bootstrapv3.Bootstrap
+	listener  *corev3.SocketAddress
+	hcm       *hcmv3.HttpConnectionManager
+	filters   []string // HTTP filter names, in chain order
+	authz     *extauthzv3.ExtAuthz
+	routes    []*routev3.Route
+	clusters  map[string]*clusterv3.Cluster
+}
+
+// loadEnvoyConfig parses and validates text and unpacks its one listener.
+func loadEnvoyConfig(t *testing.T, text []byte) envoyConfig {
+	t.Helper()
+	b, err := parseBootstrap(text)
+	if err != nil {
+		t.Fatalf("config does not load: %v", err)
+	}
+	c := envoyConfig{raw: text, bootstrap: b, clusters: map[string]*clusterv3.Cluster{}}
+	for _, cl := range b.GetStaticResources().GetClusters() {
+		c.clusters[cl.GetName()] = cl
+	}
+	listeners := b.GetStaticResources().GetListeners()
+	if len(listeners) != 1 {
+		t.Fatalf("got %d listeners, want 1", len(listeners))
+	}
+	c.listener = listeners[0].GetAddress().GetSocketAddress()
+	chains := listeners[0].GetFilterChains()
+	if len(chains) != 1 || len(chains[0].GetFilters()) != 1 {
+		t.Fatalf("want one filter chain with one network filter (the HTTP connection manager)")
+	}
+	c.hcm = &hcmv3.HttpConnectionManager{}
+	mustUnpack(t, chains[0].GetFilters()[0].GetTypedConfig(), c.hcm)
+	for _, f := range c.hcm.GetHttpFilters() {
+		c.filters = append(c.filters, f.GetName())
+		if f.GetName() == extAuthzFilter {
+			c.authz = &extauthzv3.ExtAuthz{}
+			mustUnpack(t, f.GetTypedConfig(), c.authz)
+		}
+	}
+	for _, vh := range c.hcm.GetRouteConfig().GetVirtualHosts() {
+		c.routes = append(c.routes, vh.GetRoutes()...)
+	}
+	return c
+}
+
+func mustUnpack(t *testing.T, a *anypb.Any, m proto.Message) {
+	t.Helper()
+	if err := a.UnmarshalTo(m); err != nil {
+		t.Fatalf("typed_config %s is not a %s: %v", a.GetTypeUrl(), m.ProtoReflect().Descriptor().FullName(), err)
+	}
+}
+
+// endpoint returns the cluster's single endpoint as "host:port" or
+// "unix:/path", or "" when the cluster is missing or has another shape.
+func (c envoyConfig) endpoint(cluster string) string {
+	eps := c.clusters[cluster].GetLoadAssignment().GetEndpoints()
+	if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+		return ""
+	}
+	addr := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress()
+	if p := addr.GetPipe(); p != nil {
+		return "unix:" + p.GetPath()
+	}
+	sa := addr.GetSocketAddress()
+	return fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
+}
+
+// routeTo finds the route whose path or prefix match is exactly match.
+func (c envoyConfig) routeTo(match string) *routev3.Route {
+	for _, r := range c.routes {
+		if r.GetMatch().GetPath() == match || r.GetMatch().GetPrefix() == match {
+			return r
+		}
+	}
+	return nil
+}
+
+// authzDisabled reports whether the route turns ext_authz off.
+func authzDisabled(t *testing.T, r *routev3.Route) bool {
+	t.Helper()
+	a, ok := r.GetTypedPerFilterConfig()[extAuthzFilter]
+	if !ok {
+		return false
+	}
+	var per extauthzv3.ExtAuthzPerRoute
+	mustUnpack(t, a, &per)
+	return per.GetDisabled()
+}
+
+// exactPatterns lists the exact strings of a header matcher list.
+func exactPatterns(l *matcherv3.ListStringMatcher) []string {
+	var out []string
+	for _, p := range l.GetPatterns() {
+		out = append(out, p.GetExact())
+	}
+	return out
+}
+
+// sidecarFromPod returns the Envoy config embedded in envoy/k8s/pod.yaml's
+// ConfigMap.
+func sidecarFromPod(t *testing.T) []byte {
+	t.Helper()
+	for _, doc := range k8sDocs(t) {
+		if doc.Kind != "ConfigMap" {
+			continue
+		}
+		if text, ok := doc.Data["envoy.yaml"]; ok {
+			return []byte(text)
+		}
+	}
+	t.Fatal("k8s/pod.yaml has no ConfigMap with an envoy.yaml key")
+	return nil
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestEnvoyConfigs(t *testing.T) {
+	type want struct {
+		listener    string            // listener host:port
+		admin       string            // admin host:port
+		httpService bool              // ext_authz in http_service mode, else gRPC
+		endpoints   map[string]string // cluster → host:port or unix:/path
+	}
+	frontProxy := map[string]string{
+		"toolruntime":   "toolruntime:8080",
+		"autonomy_grpc": "autonomy:9191",
+		"autonomy_http": "autonomy:8181",
+	}
+	sidecar := want{
+		listener: "0.0.0.0:15001",
+		admin:    "127.0.0.1:9901",
+		endpoints: map[string]string{
+			"toolruntime":   "127.0.0.1:8080",
+			"autonomy_grpc": "unix:/var/run/autonomy/authz.sock",
+			"autonomy_http": "127.0.0.1:8181",
+		},
+	}
+	tests := map[string]struct {
+		load func(t *testing.T) []byte
+		want want
+	}{
+		"envoy.yaml": {
+			load: func(t *testing.T) []byte { return readFile(t, "envoy.yaml") },
+			want: want{listener: "0.0.0.0:10000", admin: "0.0.0.0:9901", endpoints: frontProxy},
+		},
+		"envoy-http-service.yaml": {
+			load: func(t *testing.T) []byte { return readFile(t, "envoy-http-service.yaml") },
+			want: want{listener: "0.0.0.0:10000", admin: "0.0.0.0:9901", httpService: true, endpoints: map[string]string{
+				"toolruntime":   "toolruntime:8080",
+				"autonomy_http": "autonomy:8181",
+			}},
+		},
+		"envoy-sidecar.yaml": {
+			load: func(t *testing.T) []byte { return readFile(t, "envoy-sidecar.yaml") },
+			want: sidecar,
+		},
+		"k8s/pod.yaml ConfigMap envoy.yaml": {
+			load: sidecarFromPod,
+			want: sidecar,
+		},
+	}
+
+	// Every Envoy config shipped in this directory must be in the table.
+	files, err := filepath.Glob("envoy*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if _, ok := tests[f]; !ok {
+			t.Errorf("%s is not covered by TestEnvoyConfigs", f)
+		}
+	}
+
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := loadEnvoyConfig(t, tc.load(t))
+			w := tc.want
+
+			if got := fmt.Sprintf("%s:%d", c.listener.GetAddress(), c.listener.GetPortValue()); got != w.listener {
+				t.Errorf("listener = %s, want %s", got, w.listener)
+			}
+			admin := c.bootstrap.GetAdmin().GetAddress().GetSocketAddress()
+			if got := fmt.Sprintf("%s:%d", admin.GetAddress(), admin.GetPortValue()); got != w.admin {
+				t.Errorf("admin = %s, want %s", got, w.admin)
+			}
+			for cluster, ep := range w.endpoints {
+				if got := c.endpoint(cluster); got != ep {
+					t.Errorf("cluster %s endpoint = %q, want %q", cluster, got, ep)
+				}
+			}
+			if len(c.clusters) != len(w.endpoints) {
+				t.Errorf("clusters = %v, want exactly %v", slices.Sorted(maps.Keys(c.clusters)), slices.Sorted(maps.Keys(w.endpoints)))
+			}
+
+			checkAuthzFilter(t, c, w.httpService)
+			checkRoutes(t, c)
+			checkIdentityAndRequestID(t, c)
+		})
+	}
+}
+
+func checkAuthzFilter(t *testing.T, c envoyConfig, httpService bool) {
+	t.Helper()
+	if !slices.Equal(c.filters, []string{extAuthzFilter, routerFilter}) {
+		t.Fatalf("HTTP filters = %v, want ext_authz then the router", c.filters)
+	}
+	a := c.authz
+	// failure_mode_allow defaults to false; the file must still say so, so
+	// that no one reads its absence as an oversight.
+	if a.GetFailureModeAllow() || !bytes.Contains(c.raw, []byte("failure_mode_allow: false")) {
+		t.Error("failure_mode_allow must be set, explicitly, to false")
+	}
+	if a.GetTransportApiVersion() != corev3.ApiVersion_V3 {
+		t.Errorf("transport_api_version = %v, want V3", a.GetTransportApiVersion())
+	}
+	if got := a.GetStatusOnError().GetCode(); got != 503 {
+		t.Errorf("status_on_error = %v, want 503", got)
+	}
+	body := a.GetWithRequestBody()
+	if body == nil || body.GetMaxRequestBytes() != maxCheckBodySize || body.GetAllowPartialMessage() || !body.GetPackAsBytes() {
+		t.Errorf("with_request_body = %v, want max_request_bytes %d, allow_partial_message false, pack_as_bytes true", body, maxCheckBodySize)
+	}
+	allowed := exactPatterns(a.GetAllowedHeaders())
+	for _, h := range checkHeaders {
+		if !slices.Contains(allowed, h) {
+			t.Errorf("allowed_headers %v lacks %s", allowed, h)
+		}
+	}
+
+	if !httpService {
+		g := a.GetGrpcService()
+		if g.GetEnvoyGrpc().GetClusterName() != "autonomy_grpc" {
+			t.Errorf("grpc_service cluster = %q, want autonomy_grpc", g.GetEnvoyGrpc().GetClusterName())
+		}
+		if d := g.GetTimeout().AsDuration(); d <= 0 || d > time.Second {
+			t.Errorf("grpc_service timeout = %v, want set and at most 1s", d)
+		}
+		var opts upstreamhttpv3.HttpProtocolOptions
+		mustUnpack(t, c.clusters["autonomy_grpc"].GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"], &opts)
+		if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+			t.Error("cluster autonomy_grpc must speak HTTP/2 (explicit_http_config.http2_protocol_options)")
+		}
+		return
+	}
+	h := a.GetHttpService()
+	if h.GetServerUri().GetCluster() != "autonomy_http" || h.GetPathPrefix() != "/v1/authz" {
+		t.Errorf("http_service = cluster %q path_prefix %q, want autonomy_http and /v1/authz", h.GetServerUri().GetCluster(), h.GetPathPrefix())
+	}
+	if d := h.GetServerUri().GetTimeout().AsDuration(); d <= 0 || d > time.Second {
+		t.Errorf("http_service timeout = %v, want set and at most 1s", d)
+	}
+	upstream := exactPatterns(h.GetAuthorizationResponse().GetAllowedUpstreamHeaders())
+	for _, want := range []string{"x-autonomy-audit-id", "x-autonomy-advisory-reason"} {
+		if !slices.Contains(upstream, want) {
+			t.Errorf("allowed_upstream_headers %v lacks %s", upstream, want)
+		}
+	}
+}
+
+func checkRoutes(t *testing.T, c envoyConfig) {
+	t.Helper()
+	tool := c.routeTo("/v1/tool")
+	if tool == nil {
+		t.Fatal("no route for path /v1/tool")
+	}
+	if tool.GetMatch().GetPath() != "/v1/tool" {
+		t.Error("/v1/tool must be an exact path match, so no longer path reaches the runtime")
+	}
+	if tool.GetRoute().GetCluster() != "toolruntime" {
+		t.Errorf("/v1/tool goes to %q, want toolruntime", tool.GetRoute().GetCluster())
+	}
+	if authzDisabled(t, tool) {
+		t.Error("ext_authz is disabled on /v1/tool: tool calls would not be checked")
+	}
+	for _, prefix := range []string{"/v1/preflight", "/v1/audit/"} {
+		r := c.routeTo(prefix)
+		if r == nil || r.GetMatch().GetPrefix() != prefix {
+			t.Errorf("no prefix route %s", prefix)
+			continue
+		}
+		if r.GetRoute().GetCluster() != "autonomy_http" {
+			t.Errorf("%s goes to %q, want autonomy_http", prefix, r.GetRoute().GetCluster())
+		}
+		if !authzDisabled(t, r) {
+			t.Errorf("%s must disable ext_authz per route", prefix)
+		}
+	}
+	// Routes to the runtime all go through ext_authz: only /v1/tool may
+	// name the toolruntime cluster.
+	for _, r := range c.routes {
+		if r.GetRoute().GetCluster() == "toolruntime" && r != tool {
+			t.Errorf("route %v also reaches toolruntime", r.GetMatch())
+		}
+	}
+}
+
+func checkIdentityAndRequestID(t *testing.T, c envoyConfig) {
+	t.Helper()
+	var removed []string
+	for _, ext := range c.hcm.GetEarlyHeaderMutationExtensions() {
+		var m earlymutationv3.HeaderMutation
+		mustUnpack(t, ext.GetTypedConfig(), &m)
+		for _, mu := range m.GetMutations() {
+			removed = append(removed, mu.GetRemove())
+		}
+	}
+	if !slices.Contains(removed, actorHeader) {
+		t.Errorf("a client-sent %s is not stripped before the filters run (early header mutations remove %v)", actorHeader, removed)
+	}
+	if !c.hcm.GetUseRemoteAddress().GetValue() || c.hcm.GetPreserveExternalRequestId() {
+		t.Error("x-request-id must be Envoy's own: use_remote_address true, preserve_external_request_id false")
+	}
+	if !c.hcm.GetNormalizePath().GetValue() || !c.hcm.GetMergeSlashes() {
+		t.Error("paths must be normalised (normalize_path, merge_slashes) before routing")
+	}
+}
+
+// TestEnvoyConfigRejects shows that the loader is strict: each case breaks
+// envoy.yaml in one place and must fail to load.
+func TestEnvoyConfigRejects(t *testing.T) {
+	good := readFile(t, "envoy.yaml")
+	tests := map[string]struct {
+		old, new string
+		wantErr  string
+	}{
+		"typo in a field name": {
+			old: "failure_mode_allow: false", new: "failure_mode_alow: false",
+			wantErr: `unknown field "failure_mode_alow"`,
+		},
+		"typo in a top-level field name": {
+			old: "static_resources:", new: "static_resource:",
+			wantErr: `unknown field "static_resource"`,
+		},
+		"string for a number": {
+			old: "port_value: 10000", new: `port_value: "ten thousand"`,
+			wantErr: "invalid value for uint32",
+		},
+		"number for a duration": {
+			old: "timeout: 0.5s", new: "timeout: 500",
+			wantErr: "unexpected token 500",
+		},
+		"object for a bool": {
+			old: "pack_as_bytes: true", new: "pack_as_bytes: {on: true}",
+			wantErr: "invalid value for bool",
+		},
+		"unknown typed_config type": {
+			old: "ext_authz.v3.ExtAuthz\n", new: "ext_authz.v3.ExtAuth\n",
+			wantErr: "ExtAuth",
+		},
+		"port out of range": {
+			old: "port_value: 10000", new: "port_value: 70000",
+			wantErr: "PortValue",
+		},
+		"rule broken inside a typed_config": {
+			old: "envoy_grpc: { cluster_name: autonomy_grpc }", new: `envoy_grpc: { cluster_name: "" }`,
+			wantErr: "ClusterName",
+		},
+		"unknown enum value": {
+			old: "transport_api_version: V3", new: "transport_api_version: V4",
+			wantErr: "V4",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if n := bytes.Count(good, []byte(tc.old)); n != 1 {
+				t.Fatalf("envoy.yaml has %q %d times, want once", tc.old, n)
+			}
+			bad := bytes.Replace(good, []byte(tc.old), []byte(tc.new), 1)
+			_, err := parseBootstrap(bad)
+			if err == nil {
+				t.Fatal("broken config loaded")
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q does not mention %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := parseBootstrap(good); err != nil {
+		t.Fatalf("the unbroken config does not load: %v", err)
+	}
+}
