@@ -39,6 +39,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Listening, when set, is called once every listener is bound, with the
+	// addresses actually bound (so ":0" can be used).
+	Listening func(Addrs)
+}
+
+// Addrs are the bound listener addresses; Gateway is "" without --upstream.
+type Addrs struct {
+	HTTP, GRPC, Gateway string
 }
 
 // Server is a configured, not yet listening service.
@@ -53,8 +61,9 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 
-	ready   atomic.Bool
-	probeMu sync.Mutex
+	ready     atomic.Bool
+	probeMu   sync.Mutex
+	listening func(Addrs)
 }
 
 // LoadBundle loads the configured bundle with the configured limits.
@@ -68,7 +77,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: o.Logger, now: o.Now}
+	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -245,6 +254,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	go func() { errc <- s.grpc.Serve(grpcLn) }()
 	s.log.Info("listening", attrs...)
+	if s.listening != nil {
+		a := Addrs{HTTP: httpLn.Addr().String(), GRPC: addrString(grpcLn)}
+		if len(listeners) > 1 {
+			a.Gateway = listeners[1].Addr().String()
+		}
+		s.listening(a)
+	}
 
 	var runErr error
 	select {

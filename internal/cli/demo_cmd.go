@@ -1,0 +1,30 @@
+package cli
+
+import (
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/contractrefine/autonomy/internal/demo"
+)
+
+func init() { extraCommands = append(extraCommands, newDemo) }
+
+func newDemo(stdout, _ io.Writer) *cobra.Command {
+	cmd := &cobra.Command{Use: "demo", Short: "Walk through ContractRefine end to end"}
+	var target string
+	cr := &cobra.Command{
+		Use:   "contract-refine",
+		Short: "Preflight with repair, an allowed tool call, a denied replay, a denied call without a preflight, the audit join",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := demo.Run(cmd.Context(), demo.Options{Target: target, Out: stdout}); err != nil {
+				return err
+			}
+			return nil
+		},
+	}
+	cr.Flags().StringVar(&target, "target", "", "base URL of a deployment (e.g. http://localhost:10000); empty runs everything in-process")
+	cmd.AddCommand(cr)
+	return cmd
+}
