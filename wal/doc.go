@@ -15,6 +15,8 @@
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
+//	retired      key: session key                    value: how many of the session's preflight
+//	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
 //
 // A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.
 // seq starts at 1 and grows by one with every frame. timestamp is RFC 3339
@@ -44,6 +46,16 @@
 // without it, so a function may run more than once and must act only through
 // the transaction it is given. A commit that fails fails exactly the writes
 // that were in it.
+//
+// # Retention
+//
+// Compact removes a prefix of the log: frames older than a cut-off, up to
+// the first frame that must stay (one not older than the cut-off, or an
+// autonomy.preflight frame whose binding expires after it). With the frames
+// go their audit index entries, the preflights entry and consumed markers
+// of each removed preflight, the idempotency records naming a removed
+// preflight, and a session's attempt count once its retired count reaches
+// it. The last removed frame becomes "base", where Verify starts the chain.
 //
 // Byte slices read from bbolt are valid only inside the transaction that
 // read them; every accessor in this package copies what it returns.

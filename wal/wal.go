@@ -60,6 +60,9 @@ type Options struct {
 	// OnCommit, when set, is called after every commit attempt with the
 	// number of writes in it, how long it took and its error.
 	OnCommit func(writes int, took time.Duration, err error)
+	// CompactChunk caps how many frames one compaction transaction removes,
+	// so compaction never holds the commit loop for long. Zero means 1024.
+	CompactChunk int
 }
 
 // DB is an open log.

@@ -1,0 +1,95 @@
+package wal_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// TestCompactionKeepsReplayDenied drives the real gate (enforce mode, the
+// embedded bundle) around a compaction: a consumed one-step preflight whose
+// binding is still live must keep denying replays after its old neighbours
+// are compacted away, even through a gate with a cold cache.
+func TestCompactionKeepsReplayDenied(t *testing.T) {
+	ctx := context.Background()
+	db, err := wal.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := bundle.Load(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
+	now := decided.Add(time.Minute)
+	newGate := func() *binding.Gate {
+		return binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return b },
+			Mode: binding.ModeEnforce, Now: func() time.Time { return now }, NewID: func() string { return "au_unbound_call_0001" }})
+	}
+
+	// Old traffic that retention may remove.
+	for i := range 5 {
+		if _, err := db.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: "au_old_call_000001",
+			Time: decided.Add(-40*24*time.Hour + time.Duration(i)*time.Second), Attrs: map[string]any{"outcome": "allow"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	digest := "sha256:unused" // tool.shell does not bind arguments
+	pf := preflight.Binding{PreflightID: "pf_live_binding_0001", AuditID: "au_live_binding_0001", Outcome: preflight.OutcomePass,
+		ActorID: "user:example", ExpiresAt: decided.Add(5 * time.Minute),
+		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell", ArgsDigest: digest}}}
+	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: pf, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: decided}); err != nil {
+		t.Fatal(err)
+	}
+	call := func(g *binding.Gate, requestID string) binding.Decision {
+		return g.Check(ctx, &binding.Request{Method: "POST", Path: "/v1/tool",
+			Headers: map[string]string{"x-autonomy-preflight-id": pf.PreflightID, "x-request-id": requestID},
+			Body:    []byte(`{"kind":"tool.shell","args":{"cmd":"true"}}`)})
+	}
+	if d := call(newGate(), "req-1"); !d.Allowed {
+		t.Fatalf("first call denied: %s", d.Reason)
+	}
+
+	// Retention zero: every frame is older than the cut-off, but the
+	// preflight's binding is live, so the cut stops at it.
+	rep, err := db.Compact(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Frames != 5 || rep.StopReason != wal.StopLiveBinding || rep.ConsumedMarkers != 0 {
+		t.Fatalf("compaction = %+v", rep)
+	}
+	if d := call(newGate(), "req-2"); d.Allowed || d.Reason != preflight.ReasonReplay {
+		t.Fatalf("replay after compaction: allowed=%v reason %q; want %q", d.Allowed, d.Reason, preflight.ReasonReplay)
+	}
+	if d := call(newGate(), "req-1"); !d.Allowed {
+		t.Fatalf("Envoy's repeat Check of the consuming request after compaction denied: %s", d.Reason)
+	}
+	if v, err := db.Verify(ctx); err != nil || !v.OK() {
+		t.Fatalf("verify = %+v, %v", v, err)
+	}
+
+	// Once the binding has expired it may go; the id is then unknown and
+	// still denied.
+	now = decided.Add(10 * time.Minute)
+	rep, err = db.Compact(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.StopReason != wal.StopEnd || rep.Preflights != 1 || rep.ConsumedMarkers != 1 {
+		t.Fatalf("compaction after expiry = %+v", rep)
+	}
+	if d := call(newGate(), "req-3"); d.Allowed || d.Reason != preflight.ReasonPreflightRequired {
+		t.Fatalf("call on a compacted preflight: allowed=%v reason %q", d.Allowed, d.Reason)
+	}
+	if v, err := db.Verify(ctx); err != nil || !v.OK() {
+		t.Fatalf("verify = %+v, %v", v, err)
+	}
+}
