@@ -3,7 +3,6 @@ package wal
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -54,7 +53,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, filter ExportFilter) (int
 				}
 				next = f.Seq + 1
 				if filter.keeps(&f) {
-					b, err := json.Marshal(&f)
+					b, err := encodeFrame(&f)
 					if err != nil {
 						return err
 					}

@@ -81,6 +81,19 @@ func (f *Frame) computeHash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// encodeFrame is the stored (and exported) form of f. HTML escaping is off:
+// encoding/json would otherwise rewrite <, > and & inside the canonical
+// attrs, and the stored bytes would no longer hash to f.Hash.
+func encodeFrame(f *Frame) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(f); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // DecodeFrame parses a stored frame. It rejects frames whose attrs are not a
 // JSON object or whose required members are missing.
 func DecodeFrame(b []byte) (Frame, error) {

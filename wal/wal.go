@@ -327,7 +327,7 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 		PrevHash:  tx.head.Hash,
 	}
 	f.Hash = f.computeHash()
-	b, err := json.Marshal(&f)
+	b, err := encodeFrame(&f)
 	if err != nil {
 		return Frame{}, err
 	}
