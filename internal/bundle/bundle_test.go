@@ -1,0 +1,210 @@
+package bundle_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/clause"
+)
+
+const testPolicy = `package autonomy
+
+import rego.v1
+
+default allow := false
+
+allow if data.autonomy.capabilities[input.action.kind]
+`
+
+// writeBundle writes policy.rego and data.yaml into a fresh directory.
+func writeBundle(t *testing.T, data string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(testPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.yaml"), []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestLoadRejectsMalformedClauses(t *testing.T) {
+	dir := writeBundle(t, `autonomy:
+  capabilities:
+    account.withdraw:
+      zones: ["*"]
+      contract:
+        preconditions: ["args.amount > 0", "args.amount <= args.account.balance &&"]
+        invariants: ["args.account.balance + 1"]
+    refund.create.v2:
+      zones: ["payments"]
+      contract:
+        preconditions: ["isPositive(args.amountUsd)"]
+        postconditions: ["result.ok == true", "old(args.amountUsd)"]
+    tool.echo:
+      zones: ["*"]
+`)
+	_, err := bundle.Load(context.Background(), dir, nil)
+	if err == nil {
+		t.Fatal("Load accepted a bundle with malformed clauses")
+	}
+	if !errors.Is(err, clause.ErrInvalidClause) {
+		t.Errorf("error %v is not clause.ErrInvalidClause", err)
+	}
+	var ce *clause.CompileError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %T is not a *clause.CompileError: %v", err, err)
+	}
+	type where struct {
+		Kind, Clause string
+		Index        int
+		Line, Column int
+	}
+	var got []where
+	for _, p := range ce.Problems {
+		got = append(got, where{p.Kind, p.Clause, p.Index, p.Line, p.Column})
+	}
+	want := []where{
+		{"account.withdraw", clause.Preconditions, 1, 1, 39},
+		{"account.withdraw", clause.Invariants, 0, 1, 1},
+		{"refund.create.v2", clause.Preconditions, 0, 1, 11},
+		{"refund.create.v2", clause.Postconditions, 1, 1, 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("problems %+v, want %+v", got, want)
+	}
+	msg := err.Error()
+	prefix := "bundle " + dir + ": clause: 4 invalid clauses: "
+	if !strings.HasPrefix(msg, prefix) {
+		t.Errorf("error %q does not start with %q", msg, prefix)
+	}
+	for _, part := range []string{
+		`capability "account.withdraw": preconditions[1] at 1:39: Syntax error: mismatched input '<EOF>'`,
+		`capability "account.withdraw": invariants[0] at 1:1: clause must evaluate to bool, found int`,
+		`capability "refund.create.v2": preconditions[0] at 1:11: undeclared reference to 'isPositive'`,
+		`capability "refund.create.v2": postconditions[1] at 1:1: clause must evaluate to bool, found dyn (compare explicitly, e.g. == true)`,
+	} {
+		if !strings.Contains(msg, part) {
+			t.Errorf("error lacks %q:\n%s", part, msg)
+		}
+	}
+	if strings.Contains(msg, "tool.echo") || strings.Contains(msg, `"account.withdraw": preconditions[0]`) ||
+		strings.Contains(msg, "postconditions[0]") {
+		t.Errorf("error blames a good clause:\n%s", msg)
+	}
+}
+
+func TestLoadDecodesCapabilities(t *testing.T) {
+	b, err := bundle.Load(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gov := b.Governance()
+	for _, kind := range []string{"tool.echo", "tool.sleep", "tool.shell", "customer.read.v3", "refund.create.v2"} {
+		if _, ok := gov.Capability(kind); !ok {
+			t.Errorf("embedded bundle lacks capability %s", kind)
+		}
+	}
+	refund, _ := gov.Capability("refund.create.v2")
+	want := preflight.Capability{
+		Zones: []string{"payments"}, SideEffects: true, RequiresPreflight: true, RequiresRollback: true,
+		Rollbacks: []string{"rb.refund.void"}, Evidence: []string{"receipt.id"}, BindArguments: true,
+		Contract: &preflight.ContractSpec{Preconditions: []string{"args.amountUsd > 0"}},
+	}
+	if !reflect.DeepEqual(refund, want) {
+		t.Errorf("refund.create.v2 = %+v, want %+v", refund, want)
+	}
+	set := b.ClauseSet()
+	if !set.Enforced("refund.create.v2") || set.HasContract("tool.echo") {
+		t.Errorf("clause set: refund enforced %v, echo has contract %v", set.Enforced("refund.create.v2"), set.HasContract("tool.echo"))
+	}
+	vs := b.Clauses().Check("refund.create.v2", map[string]any{"amountUsd": -5.0})
+	if len(vs) != 1 || vs[0].Reason != clause.ReasonPrecondition || vs[0].Message != "precondition violated: args.amountUsd > 0 (args.amountUsd = -5)" {
+		t.Errorf("Check(-5) = %+v", vs)
+	}
+	if vs := b.Clauses().Check("refund.create.v2", map[string]any{"amountUsd": 125.0}); len(vs) != 0 {
+		t.Errorf("Check(125) = %+v, want no violations", vs)
+	}
+}
+
+func TestLoadDecodesContractBlock(t *testing.T) {
+	dir := writeBundle(t, `autonomy:
+  capabilities:
+    account.withdraw:
+      zones: ["*"]
+      contract:
+        preconditions: ["args.amount > 0", "args.amount <= args.account.balance"]
+        invariants: ["args.account.balance >= 0"]
+        postconditions: ["result.balance == old(args.account.balance) - args.amount"]
+        message: "insufficient funds"
+        strict: false
+        validate: true
+`)
+	b, err := bundle.Load(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := b.Governance().Capability("account.withdraw")
+	f, tr := false, true
+	want := &preflight.ContractSpec{
+		Preconditions:  []string{"args.amount > 0", "args.amount <= args.account.balance"},
+		Invariants:     []string{"args.account.balance >= 0"},
+		Postconditions: []string{"result.balance == old(args.account.balance) - args.amount"},
+		Message:        "insufficient funds", Strict: &f, Validate: &tr,
+	}
+	if !reflect.DeepEqual(c.Contract, want) {
+		t.Errorf("contract = %+v, want %+v", c.Contract, want)
+	}
+	if n := b.ClauseSet().Len(); n != 4 {
+		t.Errorf("compiled %d clauses, want 4", n)
+	}
+	vs := b.Clauses().Check("account.withdraw", map[string]any{"amount": 150.0, "account": map[string]any{"balance": 100.0}})
+	if len(vs) != 1 || vs[0].Index != 1 || vs[0].Message != "insufficient funds" {
+		t.Errorf("Check(overdraft) = %+v", vs)
+	}
+}
+
+func TestLoadRejectsUnknownKeys(t *testing.T) {
+	tests := map[string]struct {
+		data string
+		want string
+	}{
+		"unknown capability key": {
+			data: "autonomy:\n  capabilities:\n    refund.create.v2:\n      zones: [\"payments\"]\n      bind_argument: true\n",
+			want: `data: autonomy.capabilities["refund.create.v2"]: json: unknown field "bind_argument"`,
+		},
+		"unknown contract key": {
+			data: "autonomy:\n  capabilities:\n    account.withdraw:\n      contract:\n        precondition: [\"args.amount > 0\"]\n",
+			want: `data: autonomy.capabilities["account.withdraw"]: json: unknown field "precondition"`,
+		},
+		"unknown governance key": {
+			data: "autonomy:\n  capability: {}\n",
+			want: "data: autonomy.capability: unknown key (want capabilities, attestation)",
+		},
+		"clauses not a list": {
+			data: "autonomy:\n  capabilities:\n    account.withdraw:\n      contract:\n        preconditions: \"args.amount > 0\"\n",
+			want: `data: autonomy.capabilities["account.withdraw"]: json: cannot unmarshal string into Go struct field ContractSpec.contract.preconditions of type []string`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := writeBundle(t, tc.data)
+			_, err := bundle.Load(context.Background(), dir, nil)
+			if err == nil {
+				t.Fatal("Load accepted the bundle")
+			}
+			want := "bundle " + dir + ": " + tc.want
+			if err.Error() != want {
+				t.Errorf("error\n %s\nwant\n %s", err, want)
+			}
+		})
+	}
+}
