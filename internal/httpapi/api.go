@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 	"github.com/contractrefine/autonomy/wal"
@@ -106,17 +108,29 @@ func New(o Options) *API {
 	a.mux.HandleFunc("POST /v1/preflight", a.postPreflight)
 	a.mux.HandleFunc("GET /v1/preflight/{id}", a.getPreflight)
 	a.mux.HandleFunc("GET /v1/audit/{id}", a.getAudit)
-	a.mux.HandleFunc("/v1/preflight", a.methodNotAllowed)
-	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed)
-	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed)
+	// Anything else under the API's paths: a GET that names no single
+	// record is 404, like an unknown id; another method is 405 with the
+	// Allow header RFC 9110 requires.
+	a.mux.HandleFunc("GET /v1/preflight/", a.notFound)
+	a.mux.HandleFunc("GET /v1/audit/", a.notFound)
+	a.mux.HandleFunc("/v1/preflight", a.methodNotAllowed("POST"))
+	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed("GET, HEAD"))
+	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed("GET, HEAD"))
 	return a
 }
 
 // ServeHTTP routes the API's paths.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
-func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	a.fail(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", r.Method+" is not allowed on "+r.URL.Path, false)
+func (a *API) methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		a.fail(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", r.Method+" is not allowed on "+r.URL.Path, false)
+	}
+}
+
+func (a *API) notFound(w http.ResponseWriter, r *http.Request) {
+	a.fail(w, http.StatusNotFound, CodeNotFound, "", "No record has this path.", false)
 }
 
 func (a *API) fail(w http.ResponseWriter, status int, code, path, message string, retryable bool) {
@@ -165,10 +179,6 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			writeErrors(w, http.StatusBadRequest, errs)
 			return
 		}
-		if !env.Deadline.IsZero() && !now.Before(env.Deadline) {
-			a.fail(w, http.StatusBadRequest, CodeDeadlineExceeded, "/context/request/deadlineUtc", "The request deadline has already passed.", false)
-			return
-		}
 	}
 	digest, err := canon.Digest(json.RawMessage(body))
 	if err != nil {
@@ -197,6 +207,12 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		idem = &wal.IdempotencyRecord{Key: key, RequestDigest: digest}
+	}
+	// The deadline is checked after the idempotency lookup: a retry of a
+	// recorded effect gets the recorded outcome (seed 003), even late.
+	if env != nil && !env.Deadline.IsZero() && !now.Before(env.Deadline) {
+		a.fail(w, http.StatusBadRequest, CodeDeadlineExceeded, "/context/request/deadlineUtc", "The request deadline has already passed.", false)
+		return
 	}
 
 	sessionKey, hasSession := req.SessionKey()
@@ -253,6 +269,15 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		}
 		attrs := map[string]any{"request_digest": digest, "attempt": d.Attempt, "reason": d.Reason,
 			"bundle_revision": bundle.Revision(), "dry_run": false}
+		// The explain page shows the intent; compaction finds a repair
+		// session's attempt count from session_id and plan_hash.
+		attrs["intent_summary"] = req.Intent.Summary
+		if req.Intent.PlanHash != "" {
+			attrs["plan_hash"] = req.Intent.PlanHash
+		}
+		if req.Context.Actor.SessionID != "" {
+			attrs["session_id"] = req.Context.Actor.SessionID
+		}
 		if a.o.StoreRawRequests {
 			attrs["request"] = json.RawMessage(body)
 		}
@@ -275,7 +300,8 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	if a.o.Observer != nil {
 		a.o.Observer.Preflight(d.Outcome, d.Reason, d.Attempt, time.Since(start))
 	}
-	a.o.Logger.Info("preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
+	tracing.AnnotatePreflight(r.Context(), d, bundle.Revision())
+	a.o.Logger.InfoContext(r.Context(), "preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
 		"outcome", string(d.Outcome), "reason", d.Reason, "attempt", d.Attempt, "dry_run", dryRun)
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
@@ -389,14 +415,18 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No frames have this audit id.", false)
 		return
 	}
-	b, err := json.Marshal(map[string]any{"audit_id": id, "frames": frames})
-	if err != nil {
+	// HTML escaping stays off so each frame's attrs are the bytes its hash
+	// covers, and a client can check the chain from this answer.
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]any{"audit_id": id, "frames": frames}); err != nil {
 		a.unavailable(w, "encode audit frames", err)
 		return
 	}
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	w.Write(bytes.TrimSuffix(body.Bytes(), []byte("\n")))
 }
 
 func (a *API) authorize(r *http.Request) (tenant string, all, ok bool) {
