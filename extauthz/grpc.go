@@ -34,9 +34,15 @@ func NewServer(gate Checker) *Server { return &Server{gate: gate} }
 // Register registers s on a gRPC server.
 func (s *Server) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g, s) }
 
-// Check answers one CheckRequest. A deny is a response, not an error.
+// Check answers one CheckRequest. A deny is a response, not an error. A
+// CheckRequest that names no source principal is a direct client's; over
+// mTLS its verified certificate names the caller instead.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	d := s.gate.Check(ctx, RequestFromCheck(req))
+	r := RequestFromCheck(req)
+	if r.Principal == "" {
+		r.Principal = peerPrincipal(ctx)
+	}
+	d := s.gate.Check(ctx, r)
 	return ResponseFor(&d), nil
 }
 

@@ -1,6 +1,12 @@
 package extauthz
 
-import "crypto/x509"
+import (
+	"context"
+	"crypto/x509"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
 
 // principalOf names a client certificate the way Envoy names a peer: the
 // first URI SAN (a SPIFFE id), else the first DNS SAN, else the subject.
@@ -12,4 +18,18 @@ func principalOf(c *x509.Certificate) string {
 		return c.DNSNames[0]
 	}
 	return c.Subject.String()
+}
+
+// peerPrincipal names the verified client certificate of a gRPC call over
+// mTLS, or returns "" when the call carries none.
+func peerPrincipal(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+		return ""
+	}
+	return principalOf(info.State.PeerCertificates[0])
 }

@@ -64,6 +64,7 @@ type Server struct {
 	ready     atomic.Bool
 	probeMu   sync.Mutex
 	listening func(Addrs)
+	sec       security
 }
 
 // LoadBundle loads the configured bundle with the configured limits.
@@ -84,6 +85,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	sec, err := loadSecurity(&cfg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.sec = sec
 	b, err := LoadBundle(ctx, &cfg)
 	if err != nil {
 		return nil, err
@@ -127,9 +133,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		NewPreflightID:    ids.Preflight,
 		NewAuditID:        ids.Audit,
 		Logger:            s.log,
+		Access:            s.sec.access,
 	})
 	s.health = health.NewServer()
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(s.sec.grpcOptions()...)
 	extauthz.NewServer(s.gate).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.ready.Store(true)
@@ -150,7 +157,7 @@ func (s *Server) Handler() http.Handler {
 		w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	return mux
+	return s.sec.access.Handler(mux)
 }
 
 // readyz reports whether the WAL can write and a bundle is loaded.
@@ -232,7 +239,8 @@ func (s *Server) Run(ctx context.Context) error {
 	listeners := []net.Listener{httpLn}
 	attrs := []any{"http_addr", httpLn.Addr().String(), "grpc_addr", addrString(grpcLn),
 		"mode", string(s.cfg.ContractRefine.Mode), "bundle", s.bundle.Load().Source(),
-		"bundle_revision", s.bundle.Load().Revision(), "wal", s.db.Path()}
+		"bundle_revision", s.bundle.Load().Revision(), "wal", s.db.Path(),
+		"tls", s.sec.tls.HTTP != nil, "mtls", s.cfg.TLS.ClientCAFile != "", "read_tokens", s.sec.access.TokensConfigured()}
 	if s.cfg.Upstream != "" {
 		up, _ := url.Parse(s.cfg.Upstream)
 		gwLn, err := Listen(s.cfg.GatewayAddr)
@@ -250,7 +258,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.probe(ctx)
 	errc := make(chan error, len(servers)+1)
 	for i, srv := range servers {
-		go func() { errc <- srv.Serve(listeners[i]) }()
+		go func() { errc <- srv.Serve(s.sec.wrapHTTP(listeners[i])) }()
 	}
 	go func() { errc <- s.grpc.Serve(grpcLn) }()
 	s.log.Info("listening", attrs...)

@@ -1,0 +1,296 @@
+package access
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+var (
+	// ErrNoTokens reports a tokens file that lists no token.
+	ErrNoTokens = errors.New("access: the tokens file lists no token")
+	// ErrBadToken reports a token entry that cannot be used.
+	ErrBadToken = errors.New("access: bad token entry")
+)
+
+// AllTenants is the tenant scope of a token that may read every tenant.
+const AllTenants = "*"
+
+// MinTokenLength is the shortest token accepted: shorter ones can be guessed.
+const MinTokenLength = 16
+
+// Error codes of the answers this package writes (the HTTP API's shape).
+const (
+	CodeRemoteReadsForbidden = "remote-reads-forbidden"
+	CodeUnauthorized         = "unauthorized"
+)
+
+// Token is one configured token, held as its digest.
+type Token struct {
+	// Name identifies the entry in logs; it is never the token.
+	Name string
+	// Tenant is the tenant the token may read, or AllTenants.
+	Tenant string
+	digest [sha256.Size]byte
+}
+
+// NewToken returns the entry for a plaintext token.
+func NewToken(name, tenant, token string) (Token, error) {
+	if len(token) < MinTokenLength {
+		return Token{}, fmt.Errorf("%w: %s: token shorter than %d characters", ErrBadToken, name, MinTokenLength)
+	}
+	if tenant == "" {
+		return Token{}, fmt.Errorf("%w: %s: tenant is required (%q for every tenant)", ErrBadToken, name, AllTenants)
+	}
+	return Token{Name: name, Tenant: tenant, digest: sha256.Sum256([]byte(token))}, nil
+}
+
+// fileEntry is one entry of the tokens file. Either token (the secret
+// itself) or sha256 (its lowercase hex digest, so the file need not hold
+// the secret) is given.
+type fileEntry struct {
+	Name   string `yaml:"name"`
+	Token  string `yaml:"token"`
+	SHA256 string `yaml:"sha256"`
+	Tenant string `yaml:"tenant"`
+}
+
+// Parse reads a tokens file:
+//
+//	tokens:
+//	  - name: ops            # for logs
+//	    tenant: "*"          # every tenant
+//	    token: "…"           # the bearer token, at least 16 characters
+//	  - name: acme-audit
+//	    tenant: acme         # the envelope's tenantIdRef
+//	    sha256: "9f86d0…"    # or the hex SHA-256 of the token instead
+//
+// Unknown keys, entries without a tenant, duplicate names or tokens, and an
+// empty list are errors.
+func Parse(r io.Reader) ([]Token, error) {
+	var doc struct {
+		Tokens []fileEntry `yaml:"tokens"`
+	}
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("access: %w", err)
+	}
+	if len(doc.Tokens) == 0 {
+		return nil, ErrNoTokens
+	}
+	out := make([]Token, 0, len(doc.Tokens))
+	names := map[string]bool{}
+	digests := map[[sha256.Size]byte]bool{}
+	for i, e := range doc.Tokens {
+		if e.Name == "" {
+			e.Name = fmt.Sprintf("tokens[%d]", i)
+		}
+		if names[e.Name] {
+			return nil, fmt.Errorf("%w: %s: duplicate name", ErrBadToken, e.Name)
+		}
+		names[e.Name] = true
+		var tok Token
+		switch {
+		case e.Token != "" && e.SHA256 != "":
+			return nil, fmt.Errorf("%w: %s: give token or sha256, not both", ErrBadToken, e.Name)
+		case e.Token != "":
+			t, err := NewToken(e.Name, e.Tenant, e.Token)
+			if err != nil {
+				return nil, err
+			}
+			tok = t
+		case e.SHA256 != "":
+			d, err := hex.DecodeString(e.SHA256)
+			if err != nil || len(d) != sha256.Size {
+				return nil, fmt.Errorf("%w: %s: sha256 is not 64 hex digits", ErrBadToken, e.Name)
+			}
+			if e.Tenant == "" {
+				return nil, fmt.Errorf("%w: %s: tenant is required (%q for every tenant)", ErrBadToken, e.Name, AllTenants)
+			}
+			tok = Token{Name: e.Name, Tenant: e.Tenant}
+			copy(tok.digest[:], d)
+		default:
+			return nil, fmt.Errorf("%w: %s: token or sha256 is required", ErrBadToken, e.Name)
+		}
+		if digests[tok.digest] {
+			return nil, fmt.Errorf("%w: %s: the same token is listed twice", ErrBadToken, e.Name)
+		}
+		digests[tok.digest] = true
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
+// LoadFile reads the tokens file at path.
+func LoadFile(path string) ([]Token, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("access.tokens_file: %w", err)
+	}
+	toks, err := Parse(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("access.tokens_file %s: %w", path, err)
+	}
+	return toks, nil
+}
+
+// Options configures a Guard. The zero value lets loopback clients read
+// everything and nobody else read anything.
+type Options struct {
+	// Tokens, when not empty, are required for every read.
+	Tokens []Token
+	// AllowRemoteReads opens the read endpoints to every client when no
+	// tokens are configured (access.allow_remote_reads).
+	AllowRemoteReads bool
+	// ReadPrefixes are the path prefixes of the read endpoints guarded for
+	// GET and HEAD. Nil means DefaultReadPrefixes.
+	ReadPrefixes []string
+	// Logger receives one line per refused read. Nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultReadPrefixes are the read endpoints of SPEC §8 and the explain pages.
+var DefaultReadPrefixes = []string{"/v1/preflight/", "/v1/audit/", "/ui/"}
+
+// Guard implements httpapi.Access and guards the read endpoints.
+type Guard struct {
+	o Options
+}
+
+// New returns a Guard.
+func New(o Options) *Guard {
+	if o.ReadPrefixes == nil {
+		o.ReadPrefixes = DefaultReadPrefixes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Guard{o: o}
+}
+
+// TokensConfigured reports whether reads need a token.
+func (g *Guard) TokensConfigured() bool { return len(g.o.Tokens) > 0 }
+
+// Authorize returns the tenant the request may read (SPEC §8): with tokens,
+// the scope of the bearer token it carries, ok false without a valid one;
+// without tokens, every tenant for a local client (or anyone, with
+// AllowRemoteReads).
+func (g *Guard) Authorize(r *http.Request) (tenant string, all bool, ok bool) {
+	if len(g.o.Tokens) == 0 {
+		return "", true, g.o.AllowRemoteReads || Local(r)
+	}
+	tok, found := g.match(bearer(r))
+	if !found {
+		return "", false, false
+	}
+	return tok.Tenant, tok.Tenant == AllTenants, true
+}
+
+// match finds the token whose digest is the presented token's. Every entry
+// is compared, whether or not an earlier one matched, so the time taken does
+// not depend on which entry matches.
+func (g *Guard) match(presented string) (Token, bool) {
+	if presented == "" {
+		return Token{}, false
+	}
+	d := sha256.Sum256([]byte(presented))
+	found := -1
+	for i := range g.o.Tokens {
+		eq := subtle.ConstantTimeCompare(d[:], g.o.Tokens[i].digest[:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
+	}
+	if found < 0 {
+		return Token{}, false
+	}
+	return g.o.Tokens[found], true
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header.
+func bearer(r *http.Request) string {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// Local reports whether the request came from this host: over loopback or
+// a Unix socket.
+func Local(r *http.Request) bool {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && a.Network() == "unix" {
+		return true
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler guards next: a GET or HEAD under a read prefix needs a valid
+// token when tokens are configured (401 unauthorized), or a local client
+// when they are not and remote reads are closed (403
+// remote-reads-forbidden). Everything else passes through untouched. The
+// tenant scoping itself is done by the handlers, through Authorize.
+func (g *Guard) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.isRead(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if len(g.o.Tokens) == 0 {
+			if g.o.AllowRemoteReads || Local(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			g.o.Logger.Warn("read refused: remote client and no access tokens configured",
+				"remote_addr", r.RemoteAddr, "path", r.URL.Path)
+			writeError(w, http.StatusForbidden, CodeRemoteReadsForbidden,
+				"Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.")
+			return
+		}
+		if _, found := g.match(bearer(r)); !found {
+			g.o.Logger.Warn("read refused: no valid bearer token", "remote_addr", r.RemoteAddr,
+				"path", r.URL.Path, "authorization_present", r.Header.Get("Authorization") != "")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "A valid bearer token is required.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (g *Guard) isRead(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	for _, p := range g.o.ReadPrefixes {
+		if strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// writeError answers in the HTTP API's error shape (SPEC §3.3).
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	e := map[string]any{"code": code, "path": "", "message": message, "retryable": false}
+	b, _ := json.Marshal(map[string]any{"error": e, "errors": []any{e}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,20 @@
+// Package access decides who may read stored preflight decisions and audit
+// frames (SPEC §8): GET /v1/preflight/{id}, GET /v1/audit/{id} and the
+// explain pages under /ui/.
+//
+// With a tokens file (access.tokens_file) every read needs a bearer token
+// from it, and a token scoped to one tenant sees only that tenant's records;
+// the HTTP API answers 404 for the rest, so a token cannot even learn that
+// another tenant's id exists. A token scoped to "*" sees every tenant.
+//
+// Tokens are held only as SHA-256 digests. A presented token is hashed and
+// compared with every configured digest in constant time (crypto/subtle), so
+// neither the comparison nor the position of the matching entry leaks
+// through timing, and no token is ever written to a log: log lines name the
+// token entry's name at most.
+//
+// Without a tokens file the read endpoints answer loopback clients only
+// (and clients on a Unix socket listener), unless access.allow_remote_reads
+// opens them; anyone else gets 403 remote-reads-forbidden. Proxies on the
+// same host read as loopback clients: X-Forwarded-For is not trusted.
+package access
