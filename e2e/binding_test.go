@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,10 @@ func cbBundle(t *testing.T, data string) string {
 	return dir
 }
 
+// cbRefundDigest is sha256 over {"amountUsd":125,"caseRef":"case:882"},
+// the canonical form of the preflighted refund args (docs/CLAUSES.md).
+const cbRefundDigest = "sha256:0f18684be17a5b2101f7ed710014901518a5c9e9fe36eb2ea76abaf50a19d601"
+
 const (
 	cbReasonMismatch     = "contract: preflight_binding_mismatch"
 	cbReasonPrecondition = "clause: precondition_violated"
@@ -362,6 +367,24 @@ func TestArgumentBinding(t *testing.T) {
 				if v.Code == codes.OK && v.AuditID != d.AuditID {
 					t.Errorf("check %d allow: audit id %q, want the preflight's %q", i, v.AuditID, d.AuditID)
 				}
+			}
+			// The allow's frame records the digest docs/CLAUSES.md works out
+			// by hand for these args, whatever spelling the call used.
+			allows := 0
+			for _, f := range srv.audit(t, d.AuditID) {
+				if f.Kind == "autonomy.decision" && f.Attrs["outcome"] == "allow" {
+					allows++
+					if got := f.Attrs["args_digest"]; got != cbRefundDigest {
+						t.Errorf("allow frame args_digest %v, want %s", got, cbRefundDigest)
+					}
+				}
+			}
+			wantAllows := 0
+			if slices.Contains(tc.wantCodes, codes.OK) {
+				wantAllows = 1
+			}
+			if allows != wantAllows {
+				t.Errorf("%d allow frames, want %d", allows, wantAllows)
 			}
 		})
 	}

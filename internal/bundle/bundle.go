@@ -226,6 +226,41 @@ func (b *Bundle) Clauses() preflight.ClauseChecker { return b.clauses }
 // ClauseSet returns the compiled clauses with their reporting methods.
 func (b *Bundle) ClauseSet() *clause.Set { return b.clauses }
 
+// Unenforced describes, one line per clause in kind order, the clauses the
+// bundle accepted and type-checked but that nothing evaluates: every
+// postcondition (they need the tool's response, and there is no response
+// hook yet) and every clause of a validate: false contract. check-config
+// prints these and serve logs them, so an operator never mistakes a
+// declared clause for an enforced one.
+func (b *Bundle) Unenforced() []string {
+	kinds := make([]string, 0, len(b.governance.Capabilities))
+	for kind, c := range b.governance.Capabilities {
+		if c.Contract != nil {
+			kinds = append(kinds, kind)
+		}
+	}
+	sort.Strings(kinds)
+	var out []string
+	for _, kind := range kinds {
+		spec := b.governance.Capabilities[kind].Contract
+		documentation := !b.clauses.Enforced(kind)
+		if documentation {
+			for _, l := range []struct {
+				name  string
+				exprs []string
+			}{{clause.Preconditions, spec.Preconditions}, {clause.Invariants, spec.Invariants}} {
+				for i := range l.exprs {
+					out = append(out, fmt.Sprintf("capability %q: %s[%d] not enforced: the contract is validate: false (documentation only)", kind, l.name, i))
+				}
+			}
+		}
+		for i := range b.clauses.Postconditions(kind) {
+			out = append(out, fmt.Sprintf("capability %q: %s[%d] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet", kind, clause.Postconditions, i))
+		}
+	}
+	return out
+}
+
 var reasonRE = regexp.MustCompile(`[^a-z0-9_]+`)
 
 // Allow evaluates data.autonomy.allow for input. It returns the deny reason

@@ -208,3 +208,50 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 		})
 	}
 }
+
+func TestUnenforcedClausesAreListed(t *testing.T) {
+	tests := map[string]struct {
+		data string
+		want []string
+	}{
+		"the embedded bundle enforces every clause": {},
+		"postconditions and documentation-only contracts": {
+			data: `autonomy:
+  capabilities:
+    account.withdraw:
+      contract:
+        preconditions: ["args.amount > 0"]
+        postconditions: ["result.balance == old(args.account.balance) - args.amount", "result.ok == true"]
+    account.audit:
+      contract:
+        preconditions: ["args.amount > 0"]
+        invariants: ["args.account.balance >= 0"]
+        postconditions: ["result.ok == true"]
+        validate: false
+    tool.echo: {}
+`,
+			want: []string{
+				`capability "account.audit": preconditions[0] not enforced: the contract is validate: false (documentation only)`,
+				`capability "account.audit": invariants[0] not enforced: the contract is validate: false (documentation only)`,
+				`capability "account.audit": postconditions[0] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet`,
+				`capability "account.withdraw": postconditions[0] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet`,
+				`capability "account.withdraw": postconditions[1] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet`,
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := ""
+			if tc.data != "" {
+				dir = writeBundle(t, tc.data)
+			}
+			b, err := bundle.Load(context.Background(), dir, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.Unenforced(); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Unenforced() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

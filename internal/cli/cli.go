@@ -168,6 +168,9 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 			}
 			fmt.Fprintf(stdout, "configuration ok: mode %s, bundle %s (revision %s, %d capabilities)\n",
 				cfg.ContractRefine.Mode, b.Source(), b.Revision(), len(b.Governance().Capabilities))
+			for _, note := range b.Unenforced() {
+				fmt.Fprintln(stdout, "note:", note)
+			}
 			return nil
 		},
 	}

@@ -95,6 +95,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.bundle.Store(b)
+	for _, note := range b.Unenforced() {
+		s.log.Warn("clause not enforced", "note", note)
+	}
 	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log})
 	if err != nil {
 		return nil, err

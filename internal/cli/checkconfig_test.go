@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// checkConfigPolicy is a minimal valid policy for bundles written here.
+const checkConfigPolicy = "package autonomy\n\nimport rego.v1\n\ndefault allow := false\n"
+
+func writeCheckConfigBundle(t *testing.T, data string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range map[string]string{"policy.rego": checkConfigPolicy, "data.yaml": data} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestCheckConfigClauses runs check-config in process on bundles with good,
+// malformed and unenforced clauses.
+func TestCheckConfigClauses(t *testing.T) {
+	tests := map[string]struct {
+		data       string
+		config     string // YAML of --config, when set
+		wantCode   int
+		wantStdout []string
+		wantStderr []string
+		notStderr  []string
+	}{
+		"three malformed clauses in two capabilities are all listed": {
+			data: `autonomy:
+  capabilities:
+    account.withdraw:
+      contract:
+        preconditions: ["args.amount > 0", "args.amount >"]
+        invariants: ["size(args.account)"]
+    refund.create.v2:
+      contract:
+        preconditions: ["positive(args.amountUsd)"]
+`,
+			wantCode: 1,
+			wantStderr: []string{
+				"clause: 3 invalid clauses",
+				`capability "account.withdraw": preconditions[1] at 1:14: Syntax error:`,
+				`capability "account.withdraw": invariants[0] at 1:1: clause must evaluate to bool, found int`,
+				`capability "refund.create.v2": preconditions[0] at 1:9: undeclared reference to 'positive'`,
+			},
+			notStderr: []string{`preconditions[0] at 1:1`},
+		},
+		"good clauses pass and unenforced ones are noted": {
+			data: `autonomy:
+  capabilities:
+    account.withdraw:
+      contract:
+        preconditions: ["args.amount > 0", "args.amount <= args.account.balance"]
+        postconditions: ["result.balance == old(args.account.balance) - args.amount"]
+        invariants: ["args.account.balance >= 0"]
+`,
+			wantCode: 0,
+			wantStdout: []string{
+				"configuration ok: mode advisory",
+				"1 capabilities",
+				`note: capability "account.withdraw": postconditions[0] type-checked but not enforced`,
+			},
+		},
+		"a bad cost limit value is named": {
+			data:       "autonomy:\n  capabilities: {}\n",
+			config:     "clauses:\n  cost_limit: -1\n",
+			wantCode:   1,
+			wantStderr: []string{"cost_limit"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"check-config", "--bundle", writeCheckConfigBundle(t, tc.data)}
+			if tc.config != "" {
+				cfg := filepath.Join(t.TempDir(), "autonomy.yaml")
+				if err := os.WriteFile(cfg, []byte(tc.config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", cfg)
+			}
+			var stdout, stderr bytes.Buffer
+			code := Main(args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, stdout.String(), stderr.String())
+			}
+			for _, want := range tc.wantStdout {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			for _, want := range tc.wantStderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+				}
+			}
+			for _, not := range tc.notStderr {
+				if strings.Contains(stderr.String(), not) {
+					t.Errorf("stderr has %q:\n%s", not, stderr.String())
+				}
+			}
+		})
+	}
+}
