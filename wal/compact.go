@@ -69,13 +69,23 @@ type CompactReport struct {
 //
 // The work runs through the commit loop in transactions of at most
 // Options.CompactChunk frames, so concurrent checks wait for one short
-// commit at most. Compact is idempotent: running it again with the same
-// cut-off removes nothing more.
+// commit at most; a run that finds nothing to remove commits nothing.
+// Compact is idempotent: running it again with the same cut-off removes
+// nothing more.
 func (db *DB) Compact(ctx context.Context, before time.Time) (CompactReport, error) {
 	rep := CompactReport{Before: before.UTC()}
 	limit := db.opts.CompactChunk
 	if limit <= 0 {
 		limit = defaultCompactChunk
+	}
+	// Most runs find nothing to remove; finding that out needs no commit.
+	var probe compactChunk
+	if err := db.View(func(tx *Tx) error { return tx.compactFrames(before, 0, &probe) }); err != nil {
+		return rep, fmt.Errorf("compact wal: %w", err)
+	}
+	if probe.stop != "" {
+		rep.StopReason, rep.KeptFrom = probe.stop, probe.keptFrom
+		return rep, nil
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -158,7 +168,9 @@ type compactAttrs struct {
 	PlanHash    string    `json:"plan_hash"`
 }
 
-// compactFrames removes up to limit frames from the front of the log.
+// compactFrames removes up to limit frames from the front of the log. With
+// limit 0 it only looks: c.stop is set when the first frame must stay (or
+// the log is empty), so there is nothing to remove.
 func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error {
 	type removal struct {
 		f     Frame
@@ -167,7 +179,7 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 	var gone []removal
 	cur := tx.btx.Bucket(bucketFrames).Cursor()
 	k, v := cur.First()
-	for ; k != nil && len(gone) < limit; k, v = cur.Next() {
+	for ; k != nil; k, v = cur.Next() {
 		f, err := DecodeFrame(v)
 		if err != nil {
 			return fmt.Errorf("frame under key %x: %w", k, err)
@@ -187,9 +199,12 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 				break
 			}
 		}
+		if len(gone) == limit {
+			break // this frame may go too, in the next transaction
+		}
 		gone = append(gone, removal{f: f, attrs: a})
 	}
-	if k == nil && c.stop == "" {
+	if k == nil {
 		c.stop = StopEnd
 	}
 	if len(gone) == 0 {

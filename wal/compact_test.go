@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +268,37 @@ func assertChainHolds(t *testing.T, db *DB, firstSeq uint64) {
 	}
 	if rep.FirstSeq != firstSeq {
 		t.Fatalf("log starts at seq %d, want %d", rep.FirstSeq, firstSeq)
+	}
+}
+
+func TestCompactWithNothingToRemoveDoesNotCommit(t *testing.T) {
+	var commits atomic.Int32
+	l := writeCompactLog(t, &Options{OnCommit: func(int, time.Duration, error) { commits.Add(1) }})
+	tests := map[string]struct {
+		before time.Time
+		stop   string
+	}{
+		"first frame too young": {before: l.now.Add(-50 * day), stop: StopRetention},
+		"cut-off at the first":  {before: l.now.Add(-40 * day), stop: StopRetention},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			was := commits.Load()
+			rep, err := l.db.Compact(context.Background(), tc.before)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Frames != 0 || rep.Transactions != 0 || rep.StopReason != tc.stop || rep.KeptFrom != 1 {
+				t.Fatalf("report = %+v", rep)
+			}
+			if n := commits.Load() - was; n != 0 {
+				t.Fatalf("%d commits for a compaction that removed nothing", n)
+			}
+		})
+	}
+	empty := openTest(t, &Options{OnCommit: func(int, time.Duration, error) { commits.Add(1) }})
+	was := commits.Load()
+	if rep, err := empty.Compact(context.Background(), l.now); err != nil || rep.StopReason != StopEnd || rep.KeptFrom != 0 || commits.Load() != was {
+		t.Fatalf("compacting an empty log: %+v, %v, %d commits", rep, err, commits.Load()-was)
 	}
 }

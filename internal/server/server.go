@@ -24,6 +24,7 @@ import (
 	"github.com/contractrefine/autonomy/extauthz"
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/explain"
 	"github.com/contractrefine/autonomy/internal/gateway"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/internal/ids"
@@ -160,6 +161,7 @@ func (s *Server) Handler() http.Handler {
 		w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle(explain.Pattern, explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log}))
 	return s.sec.access.Handler(mux)
 }
 
@@ -259,6 +261,7 @@ func (s *Server) Run(ctx context.Context) error {
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
 	}
 	s.probe(ctx)
+	stopCompaction := s.startCompaction(ctx)
 	errc := make(chan error, len(servers)+1)
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(s.sec.wrapHTTP(listeners[i])) }()
@@ -294,6 +297,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.grpc.Stop()
 	}
 	wg.Wait()
+	stopCompaction()
 	if err := s.db.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -324,4 +328,44 @@ func addrString(ln net.Listener) string {
 		return "unix:" + ln.Addr().String()
 	}
 	return ln.Addr().String()
+}
+
+// startCompaction runs WAL retention (SPEC §9) once now and then every
+// wal.compaction_interval until ctx ends; stop cancels it and waits, so it
+// never touches the WAL after Run closes it. A run that finds nothing to
+// remove commits nothing.
+func (s *Server) startCompaction(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.WAL.CompactionInterval)
+		defer t.Stop()
+		for {
+			s.compactOnce(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// compactOnce removes the frames older than wal.retention.
+func (s *Server) compactOnce(ctx context.Context) {
+	rep, err := s.db.Compact(ctx, s.now().Add(-s.cfg.WAL.Retention))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("wal compaction failed", "err", err, "frames_removed", rep.Frames)
+		}
+		return
+	}
+	if rep.Frames > 0 {
+		s.log.Info("wal compacted", "frames_removed", rep.Frames, "first_seq_removed", rep.FirstSeq,
+			"last_seq_removed", rep.LastSeq, "kept_from_seq", rep.KeptFrom, "stop_reason", rep.StopReason,
+			"preflights_removed", rep.Preflights, "consumed_markers_removed", rep.ConsumedMarkers,
+			"sessions_removed", rep.Sessions, "idempotency_keys_removed", rep.IdempotencyKeys)
+	}
 }

@@ -1,0 +1,261 @@
+package explain
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// Page is what the explain template renders.
+type Page struct {
+	AuditID string
+	// Preflight is nil when the audit id has tool decisions but no preflight
+	// (calls made without a preflight id get an audit id of their own).
+	Preflight *PreflightView
+	Timeline  []Event
+	// Advisories counts the advisory failures, for the summary line.
+	Advisories int
+}
+
+// PreflightView is the autonomy.preflight frame, decoded for reading.
+type PreflightView struct {
+	Seq            uint64
+	Time           string
+	PreflightID    string
+	Intent         string
+	PlanHash       string
+	SessionID      string
+	ActorID        string
+	Tenant         string
+	Outcome        string
+	Reason         string
+	Attempt        int
+	ExpiresAt      string
+	Allowed        bool
+	BoundToolKinds []string
+	BundleRevision string
+	Contracts      []Row
+	Clauses        []Row
+	// Hints lists every row's repair hints, in row order.
+	Hints []HintView
+}
+
+// Row is one contract or clause row.
+type Row struct {
+	Contract string
+	Outcome  string
+	Severity string
+	Reason   string
+	// State is "pass", "not_applicable", "blocking" or "advisory" (a failed
+	// row, by severity); the template uses it as the row's class.
+	State      string
+	Violations []preflight.Violation
+	// Evidence is the row's other evidence as compact JSON, "" when none.
+	Evidence string
+	Hints    []HintView
+}
+
+// Advisory reports whether the row is an advisory failure.
+func (r Row) Advisory() bool { return r.State == "advisory" }
+
+// HintView is one repair hint.
+type HintView struct {
+	Contract   string
+	Field      string
+	Suggestion string
+	Bounded    bool
+}
+
+// Event is one autonomy.decision frame on the timeline.
+type Event struct {
+	Seq  uint64
+	Time string
+	// Offset is the time since the preflight, "" without one.
+	Offset    string
+	ToolKind  string
+	StepID    string
+	RequestID string
+	Outcome   string
+	Reason    string
+	Mode      string
+	Status    int
+	// Enforced is false for a failure recorded but let through (advisory
+	// mode); Advisory is the recorded advisory reason of such a call.
+	Enforced bool
+	Advisory string
+	Method   string
+	Path     string
+}
+
+// Class is the event's CSS class: its outcome and whether it was enforced.
+func (e Event) Class() string {
+	if e.Enforced {
+		return e.Outcome + " enforced"
+	}
+	return e.Outcome + " not-enforced"
+}
+
+// preflightAttrs are the attrs of an autonomy.preflight frame the page reads.
+type preflightAttrs struct {
+	PreflightID    string          `json:"preflight_id"`
+	Outcome        string          `json:"outcome"`
+	Reason         string          `json:"reason"`
+	ActorID        string          `json:"actor_id"`
+	Tenant         string          `json:"tenant"`
+	ExpiresAt      string          `json:"expires_at"`
+	Attempt        int             `json:"attempt"`
+	IntentSummary  string          `json:"intent_summary"`
+	PlanHash       string          `json:"plan_hash"`
+	SessionID      string          `json:"session_id"`
+	BundleRevision string          `json:"bundle_revision"`
+	Decision       json.RawMessage `json:"decision"`
+}
+
+// decisionAttrs are the attrs of an autonomy.decision frame the page reads.
+type decisionAttrs struct {
+	Outcome        string `json:"outcome"`
+	Reason         string `json:"reason"`
+	Enforced       *bool  `json:"enforced"`
+	Mode           string `json:"mode"`
+	Status         int    `json:"status"`
+	ToolKind       string `json:"tool_kind"`
+	StepID         string `json:"step_id"`
+	RequestID      string `json:"request_id"`
+	AdvisoryReason string `json:"advisory_reason"`
+	Method         string `json:"method"`
+	Path           string `json:"path"`
+}
+
+// BuildPage turns an audit join (wal.DB.AuditFrames) into the page model.
+func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
+	p := &Page{AuditID: auditID}
+	var decidedAt time.Time
+	for i := range frames {
+		f := &frames[i]
+		switch f.Kind {
+		case wal.KindPreflight:
+			if p.Preflight != nil {
+				continue // one preflight per audit id; keep the first
+			}
+			pv, err := preflightView(f)
+			if err != nil {
+				return nil, err
+			}
+			p.Preflight = pv
+			decidedAt, _ = time.Parse(wal.TimestampFormat, f.Timestamp)
+		case wal.KindDecision:
+			ev, err := event(f)
+			if err != nil {
+				return nil, err
+			}
+			p.Timeline = append(p.Timeline, ev)
+		}
+	}
+	sort.SliceStable(p.Timeline, func(i, j int) bool { return p.Timeline[i].Seq < p.Timeline[j].Seq })
+	if !decidedAt.IsZero() {
+		for i := range p.Timeline {
+			if at, err := time.Parse(time.RFC3339Nano, p.Timeline[i].Time); err == nil {
+				p.Timeline[i].Offset = "+" + at.Sub(decidedAt).Round(time.Millisecond).String()
+			}
+		}
+	}
+	if p.Preflight != nil {
+		for _, r := range append(append([]Row{}, p.Preflight.Contracts...), p.Preflight.Clauses...) {
+			if r.Advisory() {
+				p.Advisories++
+			}
+		}
+	}
+	return p, nil
+}
+
+func preflightView(f *wal.Frame) (*PreflightView, error) {
+	var a preflightAttrs
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return nil, fmt.Errorf("explain: preflight frame %d: %w", f.Seq, err)
+	}
+	pv := &PreflightView{Seq: f.Seq, Time: f.Timestamp, PreflightID: a.PreflightID, Intent: a.IntentSummary,
+		PlanHash: a.PlanHash, SessionID: a.SessionID, ActorID: a.ActorID, Tenant: a.Tenant, Outcome: a.Outcome,
+		Reason: a.Reason, Attempt: a.Attempt, ExpiresAt: a.ExpiresAt, BundleRevision: a.BundleRevision}
+	if len(a.Decision) == 0 {
+		return pv, nil
+	}
+	var d preflight.Decision
+	if err := json.Unmarshal(a.Decision, &d); err != nil {
+		return nil, fmt.Errorf("explain: decision in preflight frame %d: %w", f.Seq, err)
+	}
+	// The recorded decision is what the caller was told; prefer it.
+	pv.Outcome, pv.Reason, pv.Attempt = string(d.Outcome), d.Reason, d.Attempt
+	pv.Allowed, pv.BoundToolKinds = d.Eligibility.Allowed, d.Eligibility.BoundToolKinds
+	if d.Eligibility.ExpiresAt != "" {
+		pv.ExpiresAt = d.Eligibility.ExpiresAt
+	}
+	for _, r := range d.ContractResults {
+		pv.Contracts = append(pv.Contracts, row(r))
+	}
+	for _, r := range d.ClauseResults {
+		pv.Clauses = append(pv.Clauses, row(r))
+	}
+	for _, r := range append(append([]Row{}, pv.Contracts...), pv.Clauses...) {
+		pv.Hints = append(pv.Hints, r.Hints...)
+	}
+	return pv, nil
+}
+
+func row(r preflight.Result) Row {
+	out := Row{Contract: r.Contract, Outcome: string(r.Outcome), Severity: string(r.Severity), Reason: r.Reason}
+	switch {
+	case r.Outcome == preflight.RowFail && r.Severity == preflight.SeverityAdvisory:
+		out.State = "advisory"
+	case r.Outcome == preflight.RowFail:
+		out.State = "blocking"
+	case r.Outcome == preflight.RowNotApplicable:
+		out.State = "not_applicable"
+	default:
+		out.State = "pass"
+	}
+	rest := map[string]any{}
+	for k, v := range r.Evidence {
+		if k != "violations" {
+			rest[k] = v
+		}
+	}
+	if raw, ok := r.Evidence["violations"]; ok {
+		// Evidence decodes as generic JSON; round-trip it into the type.
+		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &out.Violations) != nil {
+			rest["violations"] = raw
+		}
+	}
+	if len(rest) > 0 {
+		if b, err := canon.Marshal(rest); err == nil {
+			out.Evidence = string(b)
+		}
+	}
+	for _, h := range r.RepairHints {
+		s, err := canon.Marshal(h.Suggestion)
+		if err != nil {
+			s = []byte(fmt.Sprint(h.Suggestion))
+		}
+		out.Hints = append(out.Hints, HintView{Contract: r.Contract, Field: h.Field, Suggestion: string(s), Bounded: h.Bounded})
+	}
+	return out
+}
+
+func event(f *wal.Frame) (Event, error) {
+	var a decisionAttrs
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return Event{}, fmt.Errorf("explain: decision frame %d: %w", f.Seq, err)
+	}
+	ev := Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, RequestID: a.RequestID,
+		Outcome: a.Outcome, Reason: a.Reason, Mode: a.Mode, Status: a.Status, Enforced: true,
+		Advisory: a.AdvisoryReason, Method: a.Method, Path: a.Path}
+	if a.Enforced != nil {
+		ev.Enforced = *a.Enforced
+	}
+	return ev, nil
+}
