@@ -359,6 +359,9 @@ func (g *Gate) readCall(c *call) error {
 	if err != nil {
 		return fmt.Errorf("body is not JSON: %w", err)
 	}
+	if err := checkUniqueKeys(body); err != nil {
+		return fmt.Errorf("body is ambiguous: %w", err)
+	}
 	kind, ok := lookupPointer(doc, g.o.KindPointer)
 	if s, isString := kind.(string); ok && isString && s != "" {
 		c.kind = s

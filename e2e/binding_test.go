@@ -87,7 +87,9 @@ type cbCall struct {
 	Kind        string
 	// Args is written into the body as raw JSON text, so a test controls
 	// key order and number spelling.
-	Args      string
+	Args string
+	// Body, when set, is sent as the whole body instead of Kind and Args.
+	Body      string
 	Principal string
 	Headers   map[string]string
 	RequestID string
@@ -117,6 +119,9 @@ func (s *cbServer) checkCall(t *testing.T, c cbCall) cbVerdict {
 		headers[k] = v
 	}
 	body := fmt.Sprintf(`{"kind":%q,"args":%s}`, c.Kind, c.Args)
+	if c.Body != "" {
+		body = c.Body
+	}
 	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Principal: c.Principal},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
@@ -519,6 +524,60 @@ func TestActorBinding(t *testing.T) {
 				Args: `{"caseRef":"case:882","amountUsd":125}`, Principal: tc.principal, Headers: tc.headers, RequestID: "req-2"})
 			if again.DenyReason != cbReasonReplay {
 				t.Errorf("second Check: reason %q, want %q", again.DenyReason, cbReasonReplay)
+			}
+		})
+	}
+}
+
+// TestDuplicateKeysRefused: a gated body with a repeated member name is
+// refused in every mode. JSON parsers disagree on which copy wins (Go and
+// most keep the last, others the first), so the gate could check one tool
+// or amount while the runtime executes another.
+func TestDuplicateKeysRefused(t *testing.T) {
+	servers := map[string]*cbServer{"enforce": cbServe(t, "enforce"), "advisory": cbServe(t, "advisory")}
+	tests := map[string]struct {
+		mode     string
+		noHeader bool
+		body     string
+	}{
+		"repeated amount, the preflighted one last": {
+			mode: "enforce",
+			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":9999,"amountUsd":125}}`,
+		},
+		"repeated kind, the ungated one last": {
+			mode: "enforce",
+			body: `{"kind":"refund.create.v2","kind":"tool.echo","args":{"caseRef":"case:882","amountUsd":125}}`,
+		},
+		"repeated kind without a preflight id": {
+			mode: "enforce", noHeader: true,
+			body: `{"kind":"refund.create.v2","kind":"tool.echo","args":{"caseRef":"case:882","amountUsd":125}}`,
+		},
+		"repeated nested key": {
+			mode: "enforce",
+			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125,"meta":{"a":1,"a":2}}}`,
+		},
+		"repeated amount in advisory": {
+			mode: "advisory",
+			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":9999,"amountUsd":125}}`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			srv := servers[tc.mode]
+			d := srv.mustPass(t, cbRefund{name: "dup-" + strings.ReplaceAll(name, " ", "-"), amountUsd: 125}.body(t))
+			call := cbCall{PreflightID: d.PreflightID, Body: tc.body, RequestID: "req-1"}
+			if tc.noHeader {
+				call.PreflightID = ""
+			}
+			v := srv.checkCall(t, call)
+			if v.Code != codes.PermissionDenied || v.HTTPStatus != 403 || v.DenyReason != "gate: malformed_tool_call" {
+				t.Fatalf("Check: code %v status %d reason %q, want PermissionDenied 403 %q", v.Code, v.HTTPStatus, v.DenyReason, "gate: malformed_tool_call")
+			}
+			// Nothing was consumed: the same call, written once, passes.
+			ok := srv.checkCall(t, cbCall{PreflightID: d.PreflightID, Kind: "refund.create.v2",
+				Args: `{"caseRef":"case:882","amountUsd":125}`, RequestID: "req-2"})
+			if ok.Code != codes.OK {
+				t.Errorf("clean Check after the refused one: code %v reason %q, want OK", ok.Code, ok.DenyReason)
 			}
 		})
 	}

@@ -194,6 +194,21 @@ func TestClausePreflightRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := cbServe(t, "enforce", "--bundle", dir, "--config", cfg)
+	// The withdraw postcondition and the validate: false contract are
+	// accepted but never run: serve says so.
+	var notes []any
+	for _, l := range srv.LogLines("clause not enforced") {
+		if l["level"] == "WARN" {
+			notes = append(notes, l["note"])
+		}
+	}
+	wantNotes := []any{
+		`capability "account.withdraw": postconditions[0] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet`,
+		`capability "account.withdraw.documented": preconditions[0] not enforced: the contract is validate: false (documentation only)`,
+	}
+	if !reflect.DeepEqual(notes, wantNotes) {
+		t.Errorf("serve logged %q as unenforced clauses, want WARN notes %q", notes, wantNotes)
+	}
 
 	manyItems := "[" + strings.TrimSuffix(strings.Repeat("1,", 100), ",") + "]"
 	row := func(kind, contract, reason, expression, message string) cbClauseRow {
