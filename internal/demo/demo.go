@@ -201,12 +201,19 @@ func (w *walk) story(ctx context.Context) {
 
 	call := map[string]any{"kind": "tool.shell", "args": map[string]any{"cmd": "notify on-call case:882"}}
 	status, hdr, body, err := w.tool1(ctx, call, second.PreflightID, "demo-call-1")
-	if err == nil && status != http.StatusOK {
+	if err == nil && (second.PreflightID == "" || second.AuditID == "") {
+		// Without ids from step 2 an answer here proves nothing.
+		err = errors.New("step 2 gave no preflight id and audit id to call with")
+	} else if err == nil && status != http.StatusOK {
 		err = fmt.Errorf("want 200 from the tool runtime, got %d: %s", status, body)
 	}
+	// The runtime echoes the audit id the front gave it: an answer without
+	// it means the call reached the runtime without the decision.
+	if got := hdr.Get("X-Autonomy-Audit-Id"); err == nil && got != second.AuditID {
+		err = fmt.Errorf("want the answer to carry x-autonomy-audit-id %s, got %q", second.AuditID, got)
+	}
 	w.step("Call tool.shell with X-Autonomy-Preflight-Id", err,
-		fmt.Sprintf("allowed, the runtime answered %d %s", status, strings.TrimSpace(string(body))))
-	_ = hdr
+		fmt.Sprintf("allowed, the runtime answered %d %s with x-autonomy-audit-id %s", status, strings.TrimSpace(string(body)), second.AuditID))
 
 	status, _, body, err = w.tool1(ctx, call, second.PreflightID, "demo-call-2")
 	if err == nil {

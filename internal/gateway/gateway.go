@@ -1,25 +1,48 @@
-// Package gateway is the built-in gateway: a reverse proxy in front of the
-// tool runtime that runs the gate in-process before forwarding, for a
-// drop-in deployment with no Envoy. It shares the one decision path with the
-// ext_authz servers (binding.Gate.Check).
 package gateway
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
+	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/extauthz"
+)
+
+// The service's own API under the gateway (Options.API): the routes the
+// shipped Envoy configs send to the service with ext_authz disabled.
+const (
+	PreflightPath = "/v1/preflight"
+	AuditPrefix   = "/v1/audit/"
+)
+
+var (
+	// ErrEscapedSlash rejects a path with %2F, %5C or \ in it: the gate and the
+	// upstream could decode it differently, so one of them would judge a
+	// different path than the other serves (Envoy's configs reject it too).
+	ErrEscapedSlash = errors.New("gateway: escaped slash in path")
 )
 
 // Options configures the gateway.
 type Options struct {
 	Gate     extauthz.Checker
 	Upstream *url.URL
+	// API, when set, serves /v1/preflight, /v1/preflight/... and
+	// /v1/audit/... without the gate, so that one front URL carries an
+	// agent's preflights, its audit reads and its tool calls, as it does
+	// behind Envoy. Nil sends every path through the gate to the upstream.
+	API http.Handler
+	// NewRequestID returns the x-request-id given to each gated request;
+	// nil means a random UUID, as Envoy issues.
+	NewRequestID func() string
 	// MaxBodyBytes bounds the body read for the check.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -35,12 +58,21 @@ type Gateway struct {
 
 // New returns a gateway that forwards allowed requests to o.Upstream.
 func New(o Options) *Gateway {
+	if o.NewRequestID == nil {
+		o.NewRequestID = uuid.NewString
+	}
 	g := &Gateway{o: o}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(o.Upstream)
 			pr.SetXForwarded()
 			pr.Out.Host = o.Upstream.Host
+		},
+		// The client learns the request id the gate and the upstream saw,
+		// to find its call in the runtime's logs and the audit frames.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set(binding.HeaderRequestID, resp.Request.Header.Get(binding.HeaderRequestID))
+			return nil
 		},
 		Transport: o.Transport,
 		// Stream responses as they come, like Envoy does.
@@ -49,9 +81,7 @@ func New(o Options) *Gateway {
 			if o.Logger != nil {
 				o.Logger.Error("gateway upstream failed", "err", err, "path", r.URL.Path)
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			w.Write([]byte(`{"error":{"code":"upstream-unavailable","reason":"gateway: upstream_unavailable"}}`))
+			writeError(w, http.StatusBadGateway, "upstream-unavailable", "gateway: upstream_unavailable")
 		},
 	}
 	return g
@@ -61,6 +91,14 @@ func New(o Options) *Gateway {
 // read once for the check (up to MaxBodyBytes) and replayed to the
 // upstream; the response streams back.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := normalizePath(r.URL); err != nil {
+		writeError(w, http.StatusBadRequest, "path-rejected", "gateway: escaped_slash")
+		return
+	}
+	if g.o.API != nil && isAPIPath(r.URL.Path) {
+		g.o.API.ServeHTTP(w, r)
+		return
+	}
 	// The gateway is the proxy: headers only it may set are removed from
 	// what the client sent, so they cannot be forged.
 	r.Header.Del(binding.HeaderAuditID)
@@ -68,10 +106,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"} {
 		r.Header.Del(h)
 	}
+	// The gate takes a repeated request id for a retry of the request that
+	// consumed the preflight and allows it again. Only a proxy may choose
+	// the id, so the client's is replaced: the gateway never retries.
+	requestID := g.o.NewRequestID()
+	r.Header.Set(binding.HeaderRequestID, requestID)
+
 	req := extauthz.RequestFromHTTP(r, g.o.MaxBodyBytes)
 	req.Method, req.Path = r.Method, r.URL.RequestURI()
 	d := g.o.Gate.Check(r.Context(), req)
 	if !d.Allowed {
+		w.Header().Set(binding.HeaderRequestID, requestID)
 		extauthz.WriteDecision(w, &d)
 		return
 	}
@@ -81,4 +126,38 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(req.Body))
 	r.ContentLength = int64(len(req.Body))
 	g.proxy.ServeHTTP(w, r)
+}
+
+// isAPIPath reports whether p belongs to the service's own API.
+func isAPIPath(p string) bool {
+	return p == PreflightPath || strings.HasPrefix(p, PreflightPath+"/") || strings.HasPrefix(p, AuditPrefix)
+}
+
+// normalizePath cleans the path the way Envoy's normalize_path and
+// merge_slashes do (dot segments resolved, repeated slashes merged, a
+// trailing slash kept), so that the gate judges the path the upstream
+// serves: otherwise POST //v1/tool would pass as ungated and reach a runtime
+// that merges slashes. Escaped slashes are refused.
+func normalizePath(u *url.URL) error {
+	// A decoded backslash came from %5C or was sent bare; %2F shows only in
+	// RawPath, since it decodes to a plain slash.
+	if strings.Contains(strings.ToLower(u.RawPath), "%2f") || strings.Contains(u.Path, `\`) {
+		return ErrEscapedSlash
+	}
+	p := u.Path
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	u.Path, u.RawPath = clean, ""
+	return nil
+}
+
+func writeError(w http.ResponseWriter, status int, code, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write([]byte(`{"error":{"code":"` + code + `","reason":"` + reason + `"}}`))
 }

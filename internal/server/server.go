@@ -255,7 +255,10 @@ func (s *Server) Run(ctx context.Context) error {
 			s.db.Close()
 			return fmt.Errorf("listen gateway_addr %s: %w", s.cfg.GatewayAddr, err)
 		}
-		gw := gateway.New(gateway.Options{Gate: s.gate, Upstream: up, MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, Logger: s.log})
+		// The gateway also serves the API routes (with the HTTP listener's
+		// access rules), so its address is the deployment's one front URL.
+		gw := gateway.New(gateway.Options{Gate: s.gate, Upstream: up, API: s.Handler(),
+			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, Logger: s.log})
 		servers = append(servers, s.httpServer(gw))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)

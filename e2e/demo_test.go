@@ -1,0 +1,151 @@
+package e2e
+
+// `autonomy demo contract-refine` run as the real binary: in-process, and
+// with --target against deployments that behave and ones that do not. A
+// demo that cannot tell a broken deployment from a working one proves
+// nothing, so the wrong targets matter as much as the right ones.
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// dpDemoTitles are the demo's steps in order (title prefixes).
+var dpDemoTitles = []string{
+	"Preflight a plan whose first step names the wrong zone",
+	"Resubmit with the hint applied",
+	"Call tool.shell with X-Autonomy-Preflight-Id",
+	"Call it again with the same preflight id (a replay)",
+	"Call tool.shell without a preflight id",
+	"Read the audit join for",
+}
+
+// dpDemoStep is one step as the demo printed it.
+type dpDemoStep struct {
+	n      int
+	title  string
+	ok     bool
+	detail string
+}
+
+var dpDemoStepLine = regexp.MustCompile(`^(\d+)\. (.+)$`)
+
+// dpDemoSteps reads the walkthrough: "N. title" then "   ok: ..." or
+// "   MISBEHAVED: ...".
+func dpDemoSteps(out string) []dpDemoStep {
+	var steps []dpDemoStep
+	lines := strings.Split(out, "\n")
+	for i, line := range lines {
+		m := dpDemoStepLine.FindStringSubmatch(line)
+		if m == nil || i+1 >= len(lines) {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		next := strings.TrimSpace(lines[i+1])
+		switch {
+		case strings.HasPrefix(next, "ok: "):
+			steps = append(steps, dpDemoStep{n: n, title: m[2], ok: true, detail: next})
+		case strings.HasPrefix(next, "MISBEHAVED: "):
+			steps = append(steps, dpDemoStep{n: n, title: m[2], detail: next})
+		}
+	}
+	return steps
+}
+
+// dpCheckDemo holds a demo run against what it must have printed: every
+// step, in order, each ok unless listed in misbehaved (step numbers), and
+// an exit code of 0 exactly when nothing misbehaved.
+func dpCheckDemo(t *testing.T, res Result, misbehaved []int) {
+	t.Helper()
+	steps := dpDemoSteps(res.Stdout)
+	if len(steps) != len(dpDemoTitles) {
+		t.Fatalf("demo printed %d steps, want %d:\n%s\nstderr:\n%s", len(steps), len(dpDemoTitles), res.Stdout, res.Stderr)
+	}
+	for i, s := range steps {
+		if s.n != i+1 || !strings.HasPrefix(s.title, dpDemoTitles[i]) {
+			t.Errorf("step %d is %d. %q, want %q", i+1, s.n, s.title, dpDemoTitles[i])
+		}
+		if want := !slices.Contains(misbehaved, s.n); s.ok != want {
+			t.Errorf("step %d (%s): ok=%v, want %v: %s", s.n, s.title, s.ok, want, s.detail)
+		}
+	}
+	if len(misbehaved) == 0 {
+		if res.Code != 0 || !strings.Contains(res.Stdout, "All 6 steps behaved.") {
+			t.Errorf("demo: want exit 0 and \"All 6 steps behaved.\", got %d:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+	} else if res.Code == 0 || !strings.Contains(res.Stdout, strconv.Itoa(len(misbehaved))+" of 6 steps misbehaved.") {
+		t.Errorf("demo: want a non-zero exit and %d misbehaved steps, got %d:\n%s\nstderr:\n%s", len(misbehaved), res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// TestDemoInProcess runs the demo with no flags: service, runtime and
+// gateway in-process on loopback.
+func TestDemoInProcess(t *testing.T) {
+	t.Parallel()
+	res := RunAutonomy(t, "demo", "contract-refine")
+	dpCheckDemo(t, res, nil)
+	if !strings.Contains(res.Stdout, "in-process (enforce mode)") {
+		t.Errorf("the in-process demo does not say what it started:\n%s", res.Stdout)
+	}
+}
+
+// TestDemoTargets runs the demo with --target against real deployments
+// (the runtime's log counting what reached it) and against wrong ones.
+func TestDemoTargets(t *testing.T) {
+	t.Parallel()
+	gateway := func(mode string) func(t *testing.T) (string, *dpRuntime) {
+		return func(t *testing.T) (string, *dpRuntime) {
+			rt := dpStartRuntime(t)
+			s := StartServer(t, ServeOptions{Mode: mode, Args: []string{"--upstream", rt.URL(), "--gateway-addr", "127.0.0.1:0"}})
+			return "http://" + s.GatewayAddr, rt
+		}
+	}
+	tests := map[string]struct {
+		target func(t *testing.T) (string, *dpRuntime)
+		// misbehaved are the step numbers that must fail.
+		misbehaved []int
+		// reached is how many tool calls the runtime must have logged.
+		reached int
+	}{
+		"the built-in gateway in enforce mode": {target: gateway("enforce"), reached: 1},
+		// Advisory mode records the replay and the missing header but lets
+		// both through: a demo that passed here would prove nothing.
+		"the built-in gateway in advisory mode, which lets replays through": {
+			target: gateway("advisory"), misbehaved: []int{4, 5}, reached: 3},
+		"a server that answers 200 to everything": {
+			target: func(t *testing.T) (string, *dpRuntime) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					w.Write([]byte(`{}`))
+				}))
+				t.Cleanup(srv.Close)
+				return srv.URL, nil
+			},
+			misbehaved: []int{1, 2, 3, 4, 5, 6}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			target, rt := tc.target(t)
+			res := RunAutonomy(t, "demo", "contract-refine", "--target", target)
+			dpCheckDemo(t, res, tc.misbehaved)
+			if rt == nil {
+				return
+			}
+			calls := rt.calls(t)
+			if len(calls) != tc.reached {
+				t.Errorf("the runtime logged %d calls, want %d: %+v", len(calls), tc.reached, calls)
+			}
+			for _, c := range calls {
+				if c.AuditID == "" || c.Kind != dpShellKind {
+					t.Errorf("the runtime logged %+v, want tool.shell with an audit id", c)
+				}
+			}
+		})
+	}
+}

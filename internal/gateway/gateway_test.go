@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/contractrefine/autonomy/binding"
+)
+
+// recordingGate stands in for the gate: the gateway is under test here
+// (what it hands the check and the upstream), not the ladder, which the
+// e2e tests drive through this gateway with the real gate.
+type recordingGate struct {
+	mu    sync.Mutex
+	seen  []*binding.Request
+	allow bool
+}
+
+func (g *recordingGate) Check(_ context.Context, r *binding.Request) binding.Decision {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seen = append(g.seen, r)
+	if g.allow {
+		return binding.Decision{Allowed: true, Status: 200, AuditID: "au_test", Mode: binding.ModeEnforce}
+	}
+	return binding.Decision{Status: 403, Reason: "contract: preflight_required", AuditID: "au_test", Mode: binding.ModeEnforce}
+}
+
+type upstreamSeen struct {
+	path, requestID, auditID, forwardedURI, body string
+}
+
+func newGateway(t *testing.T, allow bool) (*recordingGate, *httptest.Server, chan upstreamSeen) {
+	t.Helper()
+	seen := make(chan upstreamSeen, 8)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seen <- upstreamSeen{path: r.URL.Path, requestID: r.Header.Get("X-Request-Id"),
+			auditID: r.Header.Get("X-Autonomy-Audit-Id"), forwardedURI: r.Header.Get("X-Forwarded-Uri"), body: string(b)}
+		w.Write([]byte("upstream"))
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	gate := &recordingGate{allow: allow}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("api " + r.URL.Path)) })
+	n := 0
+	gw := httptest.NewServer(New(Options{Gate: gate, Upstream: u, API: api, MaxBodyBytes: 1 << 10,
+		NewRequestID: func() string { n++; return "rq-" + string(rune('0'+n)) }}))
+	t.Cleanup(gw.Close)
+	return gate, gw, seen
+}
+
+func do(t *testing.T, method, url string, header map[string]string, body string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestGatewayRoutes(t *testing.T) {
+	tests := map[string]struct {
+		method, path string
+		// gated: the request goes to the gate (and, allowed, upstream as
+		// upstreamPath); otherwise the API answers "api <apiPath>".
+		gated        bool
+		upstreamPath string
+		apiPath      string
+		status       int
+	}{
+		"tool call":                  {method: "POST", path: "/v1/tool", gated: true, upstreamPath: "/v1/tool", status: 200},
+		"merged slashes":             {method: "POST", path: "//v1//tool", gated: true, upstreamPath: "/v1/tool", status: 200},
+		"dot segments":               {method: "POST", path: "/v1/a/../tool", gated: true, upstreamPath: "/v1/tool", status: 200},
+		"trailing slash kept":        {method: "POST", path: "/v1/tool/", gated: true, upstreamPath: "/v1/tool/", status: 200},
+		"other path, gated":          {method: "GET", path: "/healthz", gated: true, upstreamPath: "/healthz", status: 200},
+		"preflight":                  {method: "POST", path: "/v1/preflight", apiPath: "/v1/preflight", status: 200},
+		"preflight by id":            {method: "GET", path: "/v1/preflight/pf_x", apiPath: "/v1/preflight/pf_x", status: 200},
+		"audit":                      {method: "GET", path: "/v1/audit/au_x", apiPath: "/v1/audit/au_x", status: 200},
+		"audit via dot segments":     {method: "GET", path: "/v1/tool/../audit/au_x", apiPath: "/v1/audit/au_x", status: 200},
+		"preflight prefix, not API":  {method: "POST", path: "/v1/preflights", gated: true, upstreamPath: "/v1/preflights", status: 200},
+		"escaped slash refused":      {method: "POST", path: "/v1%2ftool", status: 400},
+		"escaped backslash refused":  {method: "POST", path: "/v1%5ctool", status: 400},
+		"upper-case escapes refused": {method: "POST", path: "/v1%5Ctool", status: 400},
+		"escaped slash, upper case":  {method: "POST", path: "/v1%2Ftool", status: 400},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gate, gw, seen := newGateway(t, true)
+			resp, body := do(t, tc.method, gw.URL+tc.path, nil, `{"kind":"tool.echo"}`)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
+			}
+			if got := len(gate.seen); (got == 1) != tc.gated {
+				t.Fatalf("gate saw %d requests, gated=%v", got, tc.gated)
+			}
+			switch {
+			case tc.gated:
+				if gate.seen[0].Path != tc.upstreamPath {
+					t.Errorf("gate saw path %q, want %q", gate.seen[0].Path, tc.upstreamPath)
+				}
+				if u := <-seen; u.path != tc.upstreamPath {
+					t.Errorf("upstream got path %q, want %q", u.path, tc.upstreamPath)
+				}
+			case tc.apiPath != "":
+				if body != "api "+tc.apiPath {
+					t.Errorf("API answered %q, want %q", body, "api "+tc.apiPath)
+				}
+			}
+		})
+	}
+}
+
+func TestGatewayRequestIDAndHeaders(t *testing.T) {
+	forged := map[string]string{
+		"X-Request-Id":        "client-chosen",
+		"X-Autonomy-Audit-Id": "au_forged",
+		"X-Forwarded-Uri":     "/elsewhere",
+		"X-Original-Method":   "GET",
+	}
+	t.Run("allowed", func(t *testing.T) {
+		gate, gw, seen := newGateway(t, true)
+		resp, _ := do(t, "POST", gw.URL+"/v1/tool", forged, `{"kind":"tool.echo"}`)
+		u := <-seen
+		r := gate.seen[0]
+		if r.Headers["x-request-id"] != "rq-1" || u.requestID != "rq-1" || resp.Header.Get("X-Request-Id") != "rq-1" {
+			t.Errorf("request id: gate %q, upstream %q, response %q; want the gateway's rq-1 in all three",
+				r.Headers["x-request-id"], u.requestID, resp.Header.Get("X-Request-Id"))
+		}
+		if r.Method != "POST" || r.Path != "/v1/tool" || r.Headers["x-autonomy-audit-id"] != "" {
+			t.Errorf("gate saw %s %s with audit id %q: the client's forwarded and audit headers must not count",
+				r.Method, r.Path, r.Headers["x-autonomy-audit-id"])
+		}
+		if u.auditID != "au_test" || u.body != `{"kind":"tool.echo"}` {
+			t.Errorf("upstream got audit id %q and body %q, want au_test and the client's body", u.auditID, u.body)
+		}
+	})
+	t.Run("denied", func(t *testing.T) {
+		_, gw, seen := newGateway(t, false)
+		resp, body := do(t, "POST", gw.URL+"/v1/tool", forged, `{"kind":"tool.echo"}`)
+		if resp.StatusCode != 403 || resp.Header.Get("X-Request-Id") != "rq-1" || !strings.Contains(body, "preflight_required") {
+			t.Errorf("deny: %d, request id %q, body %s", resp.StatusCode, resp.Header.Get("X-Request-Id"), body)
+		}
+		select {
+		case u := <-seen:
+			t.Errorf("a denied request reached the upstream: %+v", u)
+		default:
+		}
+	})
+}
