@@ -263,7 +263,12 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		if c.status == http.StatusServiceUnavailable {
 			g.o.Logger.Error("gate cannot read bindings; denying", "err", c.errDetail)
 			d.AuditID = g.auditID(c)
-			return g.unavailable(d)
+			if c.bound != nil {
+				d.PreflightID = c.bound.b.PreflightID
+			}
+			// A failed read (a corrupt record) need not mean failed writes:
+			// the refusal is recorded when the log still takes it.
+			return g.record(ctx, c, g.unavailable(d), now)
 		}
 		if c.contract == "" {
 			if vs := pol.Clauses().Check(c.kind, c.argsMap); len(vs) > 0 {

@@ -202,7 +202,9 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 	}
 	if _, err := g.o.Store.Consume(ctx, r); err != nil {
 		g.o.Logger.Error("cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
-		return g.unavailable(d)
+		// The consume and its decision frame failed together; record the
+		// refusal on its own, in case the log takes that write.
+		return g.record(ctx, c, g.unavailable(d), now)
 	}
 	return final
 }

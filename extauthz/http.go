@@ -54,7 +54,8 @@ var errBodyTooLarge = errors.New("extauthz: request body over the limit")
 // original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
 // (Caddy, Traefik) or X-Original-Method/X-Original-URI (nginx) when present;
 // otherwise from the request itself, with the /v1/authz prefix removed
-// (Envoy http_service with path_prefix /v1/authz).
+// (Envoy http_service with path_prefix /v1/authz). A forwarded URI without
+// a forwarded method is taken as a POST, so it is checked, never assumed safe.
 //
 // A body that cannot be read, or is over maxBody, is recorded in BodyErr and
 // the gate denies the call.
@@ -70,7 +71,12 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 		method, uri = m, u
 	}
 	if method == "" {
-		method = r.Method
+		// A forward-auth proxy named the URI but not the method. Its own
+		// request says nothing about the original method (nginx's auth
+		// subrequest is always a GET), so assume the one the gate checks:
+		// a proxy that forgets the method header gets its tool calls
+		// checked, not waved through as GETs.
+		method = http.MethodPost
 	}
 	if uri == "" {
 		uri = "/"

@@ -60,6 +60,9 @@ type Config struct {
 	Access         Access         `yaml:"access"`
 	TLS            TLS            `yaml:"tls"`
 	Tracing        Tracing        `yaml:"tracing"`
+
+	// src is where each key was in the loaded file, so errors name lines.
+	src *source
 }
 
 // ContractRefine holds the contract_refine keys.
@@ -170,8 +173,9 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
+	cfg.src = indexLines(b)
 	if err := Decode(bytes.NewReader(b), &cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
+		return cfg, fmt.Errorf("config %s: %w", path, cfg.src.nameKeys(err))
 	}
 	return cfg, nil
 }
@@ -200,6 +204,9 @@ var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
+		if line := c.src.line(key); line > 0 {
+			key = fmt.Sprintf("line %d: %s", line, key)
+		}
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
 	if c.HTTPAddr == "" {

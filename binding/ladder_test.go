@@ -1,0 +1,311 @@
+package binding_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+var modes = []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce}
+
+const (
+	reasonPolicyAllowed = "policy: allowed"
+	reasonMalformedCall = "gate: malformed_tool_call"
+)
+
+var refundArgs = map[string]any{"caseRef": "case:882", "amountUsd": 125}
+
+// rung is one row of the ladder table: a request and what the ladder makes
+// of it, independent of the mode.
+type rung struct {
+	// call records what the request needs and returns the request.
+	call func(e *env) *binding.Request
+	// opts adjust the gate (the actor header).
+	opts func(*binding.Options)
+	// contract is the ladder's (or clause's) failure, "" when it passes.
+	contract string
+	// bound: the header resolves to a recorded preflight, so the decision
+	// carries its ids.
+	bound bool
+	// everyMode: the failure is not a ContractRefine check the mode governs
+	// (an unreadable tool call) and is enforced in every mode.
+	everyMode bool
+	// kind is the tool kind the gate reads ("" when it reads none).
+	kind string
+	// gated is whether the request is a gated call.
+	gated bool
+}
+
+// outcome is what the gate must answer and record for one rung in one mode.
+type outcome struct {
+	allowed        bool
+	status         int
+	reason         string
+	advisory       string
+	frameOutcome   string
+	frameEnforced  bool
+	frameReason    string
+	withPreflight  bool
+	stepID         string
+	frameAdvisory  string
+	usesPreflights bool
+}
+
+// expect is SPEC §4's table applied to a rung: disabled skips the ladder,
+// advisory records a failure and lets the call continue to the policy
+// (which allows every kind in this table), enforce denies with it.
+func expect(r rung, mode binding.Mode) outcome {
+	laddered := mode != binding.ModeDisabled && r.gated
+	switch {
+	case r.contract != "" && (r.everyMode || laddered && mode == binding.ModeEnforce):
+		return outcome{status: 403, reason: r.contract, frameOutcome: "deny", frameEnforced: true,
+			frameReason: r.contract, withPreflight: r.bound && laddered}
+	case r.contract != "" && laddered: // advisory
+		return outcome{allowed: true, status: 200, reason: reasonPolicyAllowed, advisory: r.contract,
+			frameOutcome: "deny", frameEnforced: false, frameReason: r.contract, withPreflight: r.bound}
+	case r.bound && laddered:
+		return outcome{allowed: true, status: 200, reason: preflight.ReasonPassed, frameOutcome: "allow",
+			frameEnforced: true, frameReason: preflight.ReasonPassed, withPreflight: true, stepID: "s1"}
+	default:
+		return outcome{allowed: true, status: 200, reason: reasonPolicyAllowed, frameOutcome: "allow",
+			frameEnforced: true, frameReason: reasonPolicyAllowed}
+	}
+}
+
+func ladderRungs() map[string]rung {
+	echo := func(e *env) preflight.Binding {
+		return e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi"}))
+	}
+	echoCall := func(id string) *binding.Request {
+		return toolCall("tool.echo", map[string]any{"msg": "hi"}, withID(id, "req-1"))
+	}
+	actorHeader := func(o *binding.Options) { o.ActorHeader = "X-Autonomy-Actor" }
+	return map[string]rung{
+		"no header, kind needs no preflight": {
+			call: func(e *env) *binding.Request {
+				return toolCall("tool.echo", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+			},
+			kind: "tool.echo", gated: true},
+		"no header, requires_preflight": {
+			call: func(e *env) *binding.Request {
+				return toolCall("tool.shell", map[string]any{"cmd": "ls"}, map[string]string{binding.HeaderRequestID: "req-1"})
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		"empty header": {
+			call:     func(e *env) *binding.Request { return echoCall("") },
+			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
+		"malformed header": {
+			call:     func(e *env) *binding.Request { return echoCall("pf_not an id!") },
+			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
+		"header too short to be an id": {
+			call:     func(e *env) *binding.Request { return echoCall("pf_short") },
+			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
+		"unknown id": {
+			call:     func(e *env) *binding.Request { return echoCall("pf_AAAAAAAAAAAAAAAAAAAAAA") },
+			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
+		"kind not bound": {
+			call: func(e *env) *binding.Request {
+				return toolCall("tool.shell", map[string]any{"cmd": "ls"}, withID(echo(e).PreflightID, "req-1"))
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.shell", gated: true},
+		"decision repair_required": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomeRepairRequired, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi"}))
+				return echoCall(b.PreflightID)
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"decision deny": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomeDeny, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi"}))
+				return echoCall(b.PreflightID)
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"expired": {
+			call: func(e *env) *binding.Request {
+				id := echo(e).PreflightID
+				e.clock.Advance(bindingLife) // now == expires_at
+				return echoCall(id)
+			},
+			contract: preflight.ReasonExpired, bound: true, kind: "tool.echo", gated: true},
+		"replay": {
+			call: func(e *env) *binding.Request {
+				b := echo(e)
+				// Another request consumed the only step, through the WAL.
+				if _, err := e.db.Consume(context.Background(), consumeOf(&b, "tool.echo", "req-0", e)); err != nil {
+					e.t.Fatal(err)
+				}
+				return echoCall(b.PreflightID)
+			},
+			contract: preflight.ReasonReplay, bound: true, kind: "tool.echo", gated: true},
+		"actor differs from principal": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Principal = "spiffe://cluster.local/ns/agents/sa/mallory"
+				return r
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"actor header differs": {
+			opts: actorHeader,
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Headers["x-autonomy-actor"] = "user:mallory"
+				r.Principal = actorID // the header wins over the principal
+				return r
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"args digest differs (bind_arguments)": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))
+				return toolCall("refund.create.v2", map[string]any{"caseRef": "case:882", "amountUsd": 9999},
+					withID(b.PreflightID, "req-1"))
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "refund.create.v2", gated: true},
+		"clause violated at the gate": {
+			call: func(e *env) *binding.Request {
+				args := map[string]any{"caseRef": "case:882", "amountUsd": 0}
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", args))
+				return toolCall("refund.create.v2", args, withID(b.PreflightID, "req-1"))
+			},
+			contract: preflight.ReasonPreconditionViolated, bound: true, kind: "refund.create.v2", gated: true},
+		"valid": {
+			call:  func(e *env) *binding.Request { return echoCall(echo(e).PreflightID) },
+			bound: true, kind: "tool.echo", gated: true},
+		"valid, actor header matches, principal differs": {
+			opts: actorHeader,
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Headers["x-autonomy-actor"] = actorID
+				r.Principal = "spiffe://cluster.local/ns/agents/sa/agent-1"
+				return r
+			},
+			bound: true, kind: "tool.echo", gated: true},
+		"valid, principal matches": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Principal = actorID
+				return r
+			},
+			bound: true, kind: "tool.echo", gated: true},
+		"valid, args bound": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))
+				// Same args in another key order and number spelling: same canonical digest.
+				r := toolCall("refund.create.v2", nil, withID(b.PreflightID, "req-1"))
+				r.Body = []byte(`{"args":{"amountUsd":125.0,"caseRef":"case:882"},"kind":"refund.create.v2"}`)
+				return r
+			},
+			bound: true, kind: "refund.create.v2", gated: true},
+		"body not JSON": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte(`{"kind":`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"GET is not gated": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Method, r.Body = http.MethodGet, nil
+				return r
+			},
+		},
+	}
+}
+
+func consumeOf(b *preflight.Binding, kind, requestID string, e *env) wal.ConsumeRequest {
+	return wal.ConsumeRequest{Binding: b, Kind: kind, RequestID: requestID, Time: e.clock.Now()}
+}
+
+// TestLadder runs every rung of SPEC §5 in every mode of SPEC §4 and checks
+// the answer, the deny body and the autonomy.decision frame.
+func TestLadder(t *testing.T) {
+	b := loadTestBundle(t)
+	for name, r := range ladderRungs() {
+		for _, mode := range modes {
+			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
+				var opts []func(*binding.Options)
+				if r.opts != nil {
+					opts = append(opts, r.opts)
+				}
+				e := newEnv(t, b, mode, opts...)
+				req := r.call(e)
+				want := expect(r, mode)
+				d := e.check(req)
+
+				if d.Allowed != want.allowed || d.Status != want.status || d.Reason != want.reason ||
+					d.AdvisoryReason != want.advisory {
+					t.Fatalf("decision = allowed %v, %d %q, advisory %q; want allowed %v, %d %q, advisory %q",
+						d.Allowed, d.Status, d.Reason, d.AdvisoryReason, want.allowed, want.status, want.reason, want.advisory)
+				}
+				if d.Mode != mode || d.Gated != r.gated || d.ToolKind != r.kind || d.RequestID != "req-1" || d.StepID != want.stepID {
+					t.Fatalf("decision fields = %+v", d)
+				}
+				wantPF := ""
+				if want.withPreflight {
+					wantPF = req.Headers[binding.HeaderPreflightID]
+					if b, err := e.db.Binding(context.Background(), wantPF); err != nil || d.AuditID != b.AuditID {
+						t.Fatalf("audit id %q, want the preflight's (%+v, %v)", d.AuditID, b, err)
+					}
+				} else if d.AuditID != "au_gate000000000001" {
+					t.Fatalf("audit id %q, want a fresh one", d.AuditID)
+				}
+				if d.PreflightID != wantPF {
+					t.Fatalf("preflight id %q, want %q", d.PreflightID, wantPF)
+				}
+
+				// The upstream headers of an allow, the body of a deny.
+				if d.Allowed {
+					h := d.UpstreamHeaders()
+					if h[binding.HeaderAuditID] != d.AuditID || h[binding.HeaderAdvisoryReason] != want.advisory {
+						t.Fatalf("upstream headers %v", h)
+					}
+				} else {
+					body := denyBody(t, d.DenyBody())
+					_, sub, _ := strings.Cut(want.reason, ": ")
+					if len(body) != 1 || len(body["error"]) != 3 || body["error"]["code"] != sub ||
+						body["error"]["reason"] != want.reason || body["error"]["audit_id"] != d.AuditID {
+						t.Fatalf("deny body %s", d.DenyBody())
+					}
+				}
+
+				// Exactly one decision frame for this request, saying the same.
+				frames := e.decisionFrames(d.AuditID)
+				if len(frames) != 1 {
+					t.Fatalf("%d decision frames under %s, want 1", len(frames), d.AuditID)
+				}
+				f := frames[0]
+				if f.Outcome != want.frameOutcome || f.Enforced == nil || *f.Enforced != want.frameEnforced ||
+					f.Reason != want.frameReason || f.Mode != string(mode) || f.Status != want.status ||
+					f.PreflightID != wantPF || f.ToolKind != r.kind || f.StepID != want.stepID || f.RequestID != "req-1" {
+					t.Fatalf("decision frame %+v, want %+v", f, want)
+				}
+
+				// An allow under a preflight consumed its step: the next
+				// request is a replay in enforce.
+				if want.stepID != "" && mode == binding.ModeEnforce {
+					again := e.check(withRequestID(req, "req-2"))
+					if again.Allowed || again.Reason != preflight.ReasonReplay {
+						t.Fatalf("second request after a consume: %+v", again)
+					}
+				}
+			})
+		}
+	}
+}
+
+// withRequestID returns a copy of r under another x-request-id.
+func withRequestID(r *binding.Request, requestID string) *binding.Request {
+	c := *r
+	c.Headers = map[string]string{}
+	for k, v := range r.Headers {
+		c.Headers[k] = v
+	}
+	c.Headers[binding.HeaderRequestID] = requestID
+	return &c
+}

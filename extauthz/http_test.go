@@ -1,0 +1,177 @@
+package extauthz_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+const maxBody = 1024
+
+// serveHTTP serves the HTTP check for gate on a loopback port, mounted the
+// way the service mounts it.
+func serveHTTP(t testing.TB, gate extauthz.Checker) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	h := extauthz.NewHTTPHandler(gate, maxBody)
+	mux.Handle(extauthz.HTTPPrefix, h)
+	mux.Handle(extauthz.HTTPPrefix+"/", h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+type httpAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func do(t testing.TB, method, url string, headers map[string]string, body []byte) httpAnswer {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpAnswer{resp.StatusCode, resp.Header, b}
+}
+
+func echoBody() []byte { return []byte(`{"kind":"tool.echo","args":{"msg":"hi"}}`) }
+
+// TestHTTPCheckForms: the same decision through each proxy's way of asking:
+// Envoy's http_service (the original request under the /v1/authz prefix),
+// nginx auth_request (X-Original-*), Caddy forward_auth and Traefik
+// forwardAuth (X-Forwarded-*, with or without the body).
+func TestHTTPCheckForms(t *testing.T) {
+	forms := map[string]func(base, pfID, requestID string) (method, url string, h map[string]string, body []byte){
+		"envoy http_service": func(base, pfID, rid string) (string, string, map[string]string, []byte) {
+			return http.MethodPost, base + "/v1/authz/v1/tool",
+				map[string]string{"X-Autonomy-Preflight-Id": pfID, "X-Request-Id": rid, "Content-Type": "application/json"}, echoBody()
+		},
+		"nginx auth_request, kind header, no body": func(base, pfID, rid string) (string, string, map[string]string, []byte) {
+			return http.MethodGet, base + "/v1/authz",
+				map[string]string{"X-Original-Method": "POST", "X-Original-URI": "/v1/tool?trace=1",
+					"X-Tool-Kind": "tool.echo", "X-Autonomy-Preflight-Id": pfID, "X-Request-Id": rid}, nil
+		},
+		"caddy forward_auth, kind header, no body": func(base, pfID, rid string) (string, string, map[string]string, []byte) {
+			return http.MethodGet, base + "/v1/authz",
+				map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool",
+					"X-Forwarded-Host": "tools.internal", "X-Tool-Kind": "tool.echo",
+					"X-Autonomy-Preflight-Id": pfID, "X-Request-Id": rid}, nil
+		},
+		"traefik forwardAuth with forwardBody": func(base, pfID, rid string) (string, string, map[string]string, []byte) {
+			return http.MethodPost, base + "/v1/authz",
+				map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool",
+					"Content-Type": "application/json", "X-Autonomy-Preflight-Id": pfID, "X-Request-Id": rid}, echoBody()
+		},
+	}
+	for name, form := range forms {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, binding.ModeEnforce, func(o *binding.Options) { o.KindHeader = "x-tool-kind" })
+			base := serveHTTP(t, e.gate)
+			// tool.echo does not bind arguments: the bodiless forms match too.
+			pf := e.record("tool.echo", map[string]any{"msg": "hi"})
+			ask := func(requestID string) httpAnswer {
+				method, url, h, body := form(base, pf.PreflightID, requestID)
+				return do(t, method, url, h, body)
+			}
+
+			a := ask("req-1")
+			if a.status != http.StatusOK || a.header.Get("X-Autonomy-Audit-Id") != pf.AuditID || len(a.body) != 0 {
+				t.Fatalf("allow: %d %v %s", a.status, a.header, a.body)
+			}
+			a = ask("req-2")
+			if a.status != http.StatusForbidden || a.header.Get("Content-Type") != "application/json" ||
+				a.header.Get("X-Autonomy-Audit-Id") != pf.AuditID {
+				t.Fatalf("replay: %d %v %s", a.status, a.header, a.body)
+			}
+			if b := decodeDeny(t, a.body); b.Error.Reason != preflight.ReasonReplay || b.Error.Code != "preflight_replay" || b.Error.AuditID != pf.AuditID {
+				t.Fatalf("replay body %s", a.body)
+			}
+			if f := e.decisionFrames(pf.AuditID); len(f) != 2 || f[0].Outcome != "allow" || f[1].Reason != preflight.ReasonReplay {
+				t.Fatalf("decision frames %+v", f)
+			}
+		})
+	}
+}
+
+// TestHTTPCheckLimitsAndPaths: an oversized body is denied in every mode,
+// requests that are not gated tool calls go to the policy alone, and the
+// forwarded-method headers are what decides whether a call is gated.
+func TestHTTPCheckLimitsAndPaths(t *testing.T) {
+	big := []byte(`{"kind":"tool.echo","args":{"pad":"` + strings.Repeat("x", maxBody) + `"}}`)
+	cases := map[string]struct {
+		method string
+		path   string
+		h      map[string]string
+		body   []byte
+		status int
+		reason string
+	}{
+		"oversized body": {http.MethodPost, "/v1/authz/v1/tool", nil, big, 403, "gate: malformed_tool_call"},
+		"oversized body, forwarded": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool"}, big, 403, "gate: malformed_tool_call"},
+		"gated, no body, no kind header": {http.MethodPost, "/v1/authz/v1/tool", nil, nil, 403, "gate: malformed_tool_call"},
+		"not the gated path":             {http.MethodPost, "/v1/authz/v1/other", nil, echoBody(), 200, ""},
+		"GET of the gated path":          {http.MethodGet, "/v1/authz/v1/tool", nil, nil, 200, ""},
+		"forwarded GET of the gated path": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/tool"}, echoBody(), 200, ""},
+		// nginx's auth subrequest is a GET whatever the original method: a
+		// proxy that forwards the URI but not the method must not turn a
+		// tool call into an unchecked GET.
+		"forwarded URI without its method": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Original-URI": "/v1/tool"}, nil, 403, "gate: malformed_tool_call"},
+		"forwarded URI without its method, with a kind": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell"}, nil, 403, preflight.ReasonPreflightRequired},
+		"gated path with a query": {http.MethodPost, "/v1/authz/v1/tool?x=1",
+			map[string]string{"Content-Type": "application/json"}, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+	}
+	for name, tc := range cases {
+		for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				e := newEnv(t, mode, func(o *binding.Options) { o.KindHeader = "x-tool-kind" })
+				base := serveHTTP(t, e.gate)
+				a := do(t, tc.method, base+tc.path, tc.h, tc.body)
+				status, reason := tc.status, tc.reason
+				if reason == preflight.ReasonPreflightRequired && mode != binding.ModeEnforce {
+					status, reason = 200, "" // the mode governs the ladder, not the body limit
+				}
+				if a.status != status {
+					t.Fatalf("status %d, want %d: %s", a.status, status, a.body)
+				}
+				if status == 200 {
+					if a.header.Get("X-Autonomy-Audit-Id") == "" {
+						t.Fatalf("allow without an audit id: %v", a.header)
+					}
+					return
+				}
+				if b := decodeDeny(t, a.body); b.Error.Reason != reason {
+					t.Fatalf("deny body %s, want %q", a.body, reason)
+				}
+			})
+		}
+	}
+}

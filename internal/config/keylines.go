@@ -1,0 +1,76 @@
+package config
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// source remembers where each key of a configuration file was, so that an
+// error found after decoding (a value out of range) names its line the way
+// a decoding error does, and a decoding error (a value of the wrong type,
+// which yaml reports by line only) names its key.
+type source struct {
+	keyLine map[string]int // dotted key path → line of the key
+	valueAt map[int]string // line → dotted key path of the first scalar value on it
+}
+
+// indexLines indexes the keys of a YAML document. It returns nil when the
+// document does not parse; the decoder then reports why.
+func indexLines(b []byte) *source {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	s := &source{keyLine: map[string]int{}, valueAt: map[int]string{}}
+	s.walk(doc.Content[0], "")
+	return s
+}
+
+func (s *source) walk(n *yaml.Node, prefix string) {
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		s.keyLine[path] = k.Line
+		if _, taken := s.valueAt[v.Line]; !taken && v.Kind != yaml.MappingNode {
+			s.valueAt[v.Line] = path
+		}
+		s.walk(v, path)
+	}
+}
+
+// line returns the line of key in the file, 0 when it is not there.
+func (s *source) line(key string) int {
+	if s == nil {
+		return 0
+	}
+	return s.keyLine[key]
+}
+
+var typeErrorRE = regexp.MustCompile(`(?m)^line (\d+): (cannot unmarshal)`)
+
+// nameKeys adds the key to each "line N: cannot unmarshal …" of a decoding
+// error.
+func (s *source) nameKeys(err error) error {
+	if s == nil || err == nil {
+		return err
+	}
+	msg := typeErrorRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := typeErrorRE.FindStringSubmatch(m)
+		n, _ := strconv.Atoi(sub[1])
+		if key, ok := s.valueAt[n]; ok {
+			return "line " + sub[1] + ": " + key + ": " + sub[2]
+		}
+		return m
+	})
+	return errors.New(strings.TrimSpace(msg))
+}
