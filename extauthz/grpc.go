@@ -35,11 +35,13 @@ func NewServer(gate Checker) *Server { return &Server{gate: gate} }
 func (s *Server) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g, s) }
 
 // Check answers one CheckRequest. A deny is a response, not an error. A
-// CheckRequest that names no source principal is a direct client's; over
-// mTLS its verified certificate names the caller instead.
+// CheckRequest with no attributes.source at all is a direct client's; over
+// mTLS its verified certificate names the caller instead. Envoy always
+// fills the source, so its own certificate never stands in for a
+// downstream that presented none (that would mismatch every preflight).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	r := RequestFromCheck(req)
-	if r.Principal == "" {
+	if r.Principal == "" && req.GetAttributes().GetSource() == nil {
 		r.Principal = peerPrincipal(ctx)
 	}
 	d := s.gate.Check(ctx, r)
