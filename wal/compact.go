@@ -16,7 +16,7 @@ import (
 // the first compaction that needs it.
 var bucketRetired = []byte("retired")
 
-const defaultCompactChunk = 1024
+const defaultCompactChunk = 256
 
 // Why compaction stopped where it did (CompactReport.StopReason).
 const (

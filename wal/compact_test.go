@@ -302,3 +302,61 @@ func TestCompactWithNothingToRemoveDoesNotCommit(t *testing.T) {
 		t.Fatalf("compacting an empty log: %+v, %v, %d commits", rep, err, commits.Load()-was)
 	}
 }
+
+// BenchmarkCompact measures removing an old log of 100k frames (one
+// preflight, one consumed marker and one decision per 3 frames) in
+// default-size transactions, and reports the longest single commit: how
+// long a concurrent check could wait behind compaction.
+func BenchmarkCompact(b *testing.B) {
+	const frames = 99999
+	for b.Loop() {
+		b.StopTimer()
+		var longest atomic.Int64
+		db := openTest(b, &Options{OnCommit: func(_ int, took time.Duration, _ error) {
+			for {
+				old := longest.Load()
+				if int64(took) <= old || longest.CompareAndSwap(old, int64(took)) {
+					return
+				}
+			}
+		}})
+		ctx := context.Background()
+		at := t0.Add(-40 * day)
+		if err := db.Update(ctx, func(tx *Tx) error {
+			for i := range frames / 3 {
+				bd := testBinding(fmt.Sprintf("pf_bench_%08d", i), "tool.echo")
+				bd.ExpiresAt = at.Add(5 * time.Minute)
+				f, err := tx.Append(FrameInput{Kind: KindPreflight, AuditID: bd.AuditID, Time: at,
+					Attrs: map[string]any{"preflight_id": bd.PreflightID, "outcome": "pass",
+						"expires_at": bd.ExpiresAt.Format(TimestampFormat), "decision": map[string]any{"outcome": "pass"}}})
+				if err != nil {
+					return err
+				}
+				k := seqKey(f.Seq)
+				if err := tx.btx.Bucket(bucketPreflights).Put([]byte(bd.PreflightID), k[:]); err != nil {
+					return err
+				}
+				if _, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: bd.AuditID, Time: at}); err != nil {
+					return err
+				}
+				if _, err := tx.Append(FrameInput{Kind: KindDecision, AuditID: bd.AuditID, Time: at}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		longest.Store(0)
+		b.StartTimer()
+		rep, err := db.Compact(ctx, t0)
+		b.StopTimer()
+		if err != nil || rep.Frames != frames {
+			b.Fatalf("compact: %+v, %v", rep, err)
+		}
+		b.ReportMetric(float64(longest.Load())/1e6, "max-commit-ms")
+		b.ReportMetric(float64(rep.Transactions), "commits")
+		db.Close()
+		b.StartTimer()
+	}
+}

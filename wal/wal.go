@@ -61,7 +61,7 @@ type Options struct {
 	// number of writes in it, how long it took and its error.
 	OnCommit func(writes int, took time.Duration, err error)
 	// CompactChunk caps how many frames one compaction transaction removes,
-	// so compaction never holds the commit loop for long. Zero means 1024.
+	// so compaction never holds the commit loop for long. Zero means 256.
 	CompactChunk int
 }
 
