@@ -164,7 +164,13 @@ type env struct {
 // mode; opts adjust the gate's options before it is built.
 func newEnv(t testing.TB, b *bundle.Bundle, mode binding.Mode, opts ...func(*binding.Options)) *env {
 	t.Helper()
-	db, err := wal.Open(t.TempDir(), nil)
+	return newEnvWAL(t, b, mode, nil, opts...)
+}
+
+// newEnvWAL is newEnv with WAL options (benchmarks measure without fsync too).
+func newEnvWAL(t testing.TB, b *bundle.Bundle, mode binding.Mode, walOpts *wal.Options, opts ...func(*binding.Options)) *env {
+	t.Helper()
+	db, err := wal.Open(t.TempDir(), walOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

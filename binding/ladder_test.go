@@ -44,17 +44,15 @@ type rung struct {
 
 // outcome is what the gate must answer and record for one rung in one mode.
 type outcome struct {
-	allowed        bool
-	status         int
-	reason         string
-	advisory       string
-	frameOutcome   string
-	frameEnforced  bool
-	frameReason    string
-	withPreflight  bool
-	stepID         string
-	frameAdvisory  string
-	usesPreflights bool
+	allowed       bool
+	status        int
+	reason        string
+	advisory      string
+	frameOutcome  string
+	frameEnforced bool
+	frameReason   string
+	withPreflight bool
+	stepID        string
 }
 
 // expect is SPEC §4's table applied to a rung: disabled skips the ladder,
