@@ -210,6 +210,20 @@ func (d *Decision) UpstreamHeaders() map[string]string {
 	return h
 }
 
+// Recorded returns the outcome, reason and enforced flag as the decision
+// frame records them: a contract failure let through in advisory mode is a
+// deny that was not enforced, with the failure as its reason. Logs and
+// metrics use it too, so all three tell the same story.
+func (d *Decision) Recorded() (outcome, reason string, enforced bool) {
+	if d.Allowed && d.AdvisoryReason != "" {
+		return "deny", d.AdvisoryReason, false
+	}
+	if d.Allowed {
+		return "allow", d.Reason, true
+	}
+	return "deny", d.Reason, true
+}
+
 // call is what the gate works out about one request.
 type call struct {
 	req       *Request
@@ -222,6 +236,7 @@ type call struct {
 	headerID  string
 	hasHeader bool
 	bound     *entry
+	policy    Policy // the bundle this call is decided under, for its revision
 	contract  string // first contract failure reason
 	status    int    // 503 when the ladder could not decide
 	errDetail error
@@ -236,9 +251,10 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	d = Decision{Mode: g.o.Mode, RequestID: r.Headers[HeaderRequestID]}
 	defer func() {
 		if p := recover(); p != nil {
-			g.o.Logger.Error("gate check panicked; denying", "panic", fmt.Sprint(p))
+			g.o.Logger.ErrorContext(ctx, "gate check panicked; denying", "panic", fmt.Sprint(p))
 			d = g.unavailable(d)
 		}
+		g.logDecision(ctx, &d)
 		if g.o.Observer != nil {
 			g.o.Observer.GateDecision(&d, time.Since(start))
 		}
@@ -247,7 +263,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	if pol == nil {
 		return g.unavailable(d)
 	}
-	c := &call{req: r, requestID: d.RequestID}
+	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
 	c.gated = r.Method == http.MethodPost && pathOnly(r.Path) == g.o.Path
 	d.Gated = c.gated
@@ -261,7 +277,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
 		g.ladder(ctx, c, pol.Governance(), now)
 		if c.status == http.StatusServiceUnavailable {
-			g.o.Logger.Error("gate cannot read bindings; denying", "err", c.errDetail)
+			g.o.Logger.ErrorContext(ctx, "gate cannot read bindings; denying", "err", c.errDetail)
 			d.AuditID = g.auditID(c)
 			if c.bound != nil {
 				d.PreflightID = c.bound.b.PreflightID
@@ -291,7 +307,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	allowed, reason, err := pol.Allow(ctx, g.policyInput(c))
 	if err != nil {
-		g.o.Logger.Error("policy evaluation failed; denying", "audit_id", d.AuditID, "err", err)
+		g.o.Logger.ErrorContext(ctx, "policy evaluation failed; denying", "audit_id", d.AuditID, "err", err)
 		return g.record(ctx, c, g.unavailable(d), now)
 	}
 	if !allowed {
@@ -305,6 +321,27 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		return g.consume(ctx, c, d, now)
 	}
 	return g.record(ctx, c, d, now)
+}
+
+// logDecision writes the one info line every decision gets. It names the
+// verdict and the ids that join it to the audit trail, never headers, args
+// or the body: those may carry credentials or personal data, and the WAL
+// keeps their digest. ctx carries the trace, so the line joins the span.
+func (g *Gate) logDecision(ctx context.Context, d *Decision) {
+	if !g.o.Logger.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	outcome, reason, enforced := d.Recorded()
+	g.o.Logger.LogAttrs(ctx, slog.LevelInfo, "decision",
+		slog.String("audit_id", d.AuditID),
+		slog.String("outcome", outcome),
+		slog.String("reason", reason),
+		slog.Bool("enforced", enforced),
+		slog.Int("status", d.Status),
+		slog.String("mode", string(d.Mode)),
+		slog.String("preflight_id", d.PreflightID),
+		slog.String("tool_kind", d.ToolKind),
+		slog.String("request_id", d.RequestID))
 }
 
 // unavailable turns d into the fail-closed answer.

@@ -133,17 +133,10 @@ func (g *Gate) policyInput(c *call) map[string]any {
 
 // frame builds the autonomy.decision frame for d.
 func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
-	outcome := "allow"
-	if !d.Allowed || d.AdvisoryReason != "" {
-		outcome = "deny"
-	}
-	reason := d.Reason
-	if d.Allowed && d.AdvisoryReason != "" {
-		reason = d.AdvisoryReason
-	}
+	outcome, reason, enforced := d.Recorded()
 	attrs := map[string]any{
 		"outcome":    outcome,
-		"enforced":   !d.Allowed,
+		"enforced":   enforced,
 		"mode":       string(g.o.Mode),
 		"reason":     reason,
 		"status":     d.Status,
@@ -151,9 +144,6 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 		"tool_kind":  c.kind,
 		"method":     c.req.Method,
 		"path":       pathOnly(c.req.Path),
-	}
-	if outcome == "allow" {
-		attrs["enforced"] = true
 	}
 	if d.PreflightID != "" {
 		attrs["preflight_id"] = d.PreflightID
@@ -175,8 +165,10 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 			attrs["args"] = c.argsMap
 		}
 	}
-	if pol := g.o.Policy(); pol != nil {
-		attrs["bundle_revision"] = pol.Revision()
+	// The revision of the bundle that decided, not of whatever is loaded by
+	// now: a reload may land between the decision and this frame.
+	if c.policy != nil {
+		attrs["bundle_revision"] = c.policy.Revision()
 	}
 	return wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now, Attrs: attrs}
 }
@@ -185,7 +177,7 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 // failure turns any answer into a 503 deny.
 func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
 	if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
-		g.o.Logger.Error("cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
+		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
 		return g.unavailable(d)
 	}
 	return d
@@ -201,7 +193,7 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 		return g.frame(c, &final, now)
 	}
 	if _, err := g.o.Store.Consume(ctx, r); err != nil {
-		g.o.Logger.Error("cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
+		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
 		// The consume and its decision frame failed together; record the
 		// refusal on its own, in case the log takes that write.
 		return g.record(ctx, c, g.unavailable(d), now)

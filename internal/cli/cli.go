@@ -15,6 +15,7 @@ import (
 
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/server"
+	"github.com/contractrefine/autonomy/internal/tracing"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
@@ -114,11 +115,12 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	return cfg, nil
 }
 
-// NewLogger returns the JSON logger at the configured level.
+// NewLogger returns the JSON logger at the configured level. Lines logged
+// with a context that holds a span carry its trace_id and span_id.
 func NewLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(tracing.NewLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 func newServe(stderr io.Writer) *cobra.Command {
@@ -135,7 +137,7 @@ func newServe(stderr io.Writer) *cobra.Command {
 			log := NewLogger(stderr, cfg.Log.Level)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			srv, err := server.New(ctx, cfg, server.Options{Logger: log})
+			srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version})
 			if err != nil {
 				return err
 			}
@@ -146,8 +148,15 @@ func newServe(stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
-// runServer runs srv; it is a variable so reload wiring can wrap it.
+// runServer runs srv, reloading its bundle on SIGHUP; it is a variable so
+// other wiring can wrap it.
 var runServer = func(ctx context.Context, srv *server.Server, log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go srv.ServeReloads(ctx, hup)
 	return srv.Run(ctx)
 }
 

@@ -60,6 +60,7 @@ type Config struct {
 	Access         Access         `yaml:"access"`
 	TLS            TLS            `yaml:"tls"`
 	Tracing        Tracing        `yaml:"tracing"`
+	Reload         Reload         `yaml:"reload"`
 
 	// src is where each key was in the loaded file, so errors name lines.
 	src *source
@@ -139,6 +140,16 @@ type Tracing struct {
 	SampleRatio  float64 `yaml:"sample_ratio"`
 }
 
+// Reload holds the bundle reload keys. SIGHUP always reloads the bundle;
+// these govern reloading when its files change.
+type Reload struct {
+	// Watch reloads the bundle directory when a file in it changes.
+	Watch bool `yaml:"watch"`
+	// Debounce is how long the directory must stay quiet after a change
+	// before the reload, so a multi-file update loads once, whole.
+	Debounce time.Duration `yaml:"debounce"`
+}
+
 // Default returns the configuration with every default of SPEC §2.
 func Default() Config {
 	return Config{
@@ -159,6 +170,7 @@ func Default() Config {
 		Log:     Log{Level: "info"},
 		Policy:  Policy{Timeout: 250 * time.Millisecond},
 		Tracing: Tracing{SampleRatio: 1},
+		Reload:  Reload{Watch: true, Debounce: 250 * time.Millisecond},
 	}
 }
 
@@ -275,6 +287,14 @@ func (c *Config) Validate() error {
 	}
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
 		bad("tls.client_ca_file", "needs tls.cert_file and tls.key_file")
+	}
+	if e := c.Tracing.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("tracing.otlp_endpoint", "%q is not an http:// or https:// URL (http for plaintext OTLP/gRPC, https for TLS)", e)
+		}
+	}
+	if c.Reload.Debounce <= 0 {
+		bad("reload.debounce", "must be positive, got %s", c.Reload.Debounce)
 	}
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
 		bad("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)

@@ -68,6 +68,14 @@ wal: {retention: 24h, store_raw_requests: true}
 		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
 		"negative body limit":       {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
 		"wrong type":                {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
+		"reload and tracing keys": {yaml: "reload: {watch: false, debounce: 2s}\ntracing: {otlp_endpoint: http://collector:4317, sample_ratio: 0.5}\n",
+			check: func(c Config) bool {
+				return !c.Reload.Watch && c.Reload.Debounce == 2*time.Second &&
+					c.Tracing.OTLPEndpoint == "http://collector:4317" && c.Tracing.SampleRatio == 0.5
+			}},
+		"reload defaults":      {yaml: "", check: func(c Config) bool { return c.Reload.Watch && c.Reload.Debounce > 0 && c.Tracing.OTLPEndpoint == "" }},
+		"zero debounce":        {yaml: "reload: {debounce: 0s}\n", wantErr: "reload.debounce: must be positive"},
+		"otlp endpoint no URL": {yaml: "tracing: {otlp_endpoint: collector:4317}\n", wantErr: `tracing.otlp_endpoint: "collector:4317" is not an http:// or https:// URL`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

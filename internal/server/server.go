@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -43,6 +45,17 @@ type Options struct {
 	// Listening, when set, is called once every listener is bound, with the
 	// addresses actually bound (so ":0" can be used).
 	Listening func(Addrs)
+	// Registry receives the service's metrics, served at /metrics; nil means
+	// a fresh registry (never the global default).
+	Registry *prometheus.Registry
+	// TracerProvider, when set, turns tracing on with it instead of an OTLP
+	// exporter to tracing.otlp_endpoint (tests record spans in memory).
+	TracerProvider trace.TracerProvider
+	// ReadinessInterval is how often readiness is re-probed in the
+	// background; zero means DefaultReadinessInterval, negative never.
+	ReadinessInterval time.Duration
+	// Version is reported as the service.version of traces.
+	Version string
 }
 
 // Addrs are the bound listener addresses; Gateway is "" without --upstream.
@@ -66,6 +79,9 @@ type Server struct {
 	probeMu   sync.Mutex
 	listening func(Addrs)
 	sec       security
+	obs       observability
+	checker   extauthz.Checker // the gate, traced when tracing is on
+	reloadMu  sync.Mutex
 }
 
 // LoadBundle loads the configured bundle with the configured limits.
@@ -91,15 +107,19 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.sec = sec
+	if s.obs, err = newObservability(ctx, &cfg, &o); err != nil {
+		return nil, err
+	}
 	b, err := LoadBundle(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	s.bundle.Store(b)
+	s.obs.metrics.SetBundle(b.Revision(), b.Source())
 	for _, note := range b.Unenforced() {
 		s.log.Warn("clause not enforced", "note", note)
 	}
-	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log})
+	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log, OnCommit: s.obs.metrics.WALCommit})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +141,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		Now:              s.now,
 		NewID:            ids.Audit,
 		Logger:           s.log,
+		Observer:         s.obs.metrics,
 	})
+	s.checker = s.obs.tracing.Checker(s.gate)
 	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
 		Offline: cfg.ContractRefine.Offline, Now: s.now})
 	s.api = httpapi.New(httpapi.Options{
@@ -138,10 +160,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		NewAuditID:        ids.Audit,
 		Logger:            s.log,
 		Access:            s.sec.access,
+		Observer:          s.obs.metrics,
 	})
 	s.health = health.NewServer()
-	s.grpc = grpc.NewServer(s.sec.grpcOptions()...)
-	extauthz.NewServer(s.gate).Register(s.grpc)
+	s.grpc = grpc.NewServer(append(s.sec.grpcOptions(), s.obs.grpcOptions()...)...)
+	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.ready.Store(true)
 	return s, nil
@@ -153,7 +176,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/preflight", s.api)
 	mux.Handle("/v1/preflight/", s.api)
 	mux.Handle("/v1/audit/", s.api)
-	check := extauthz.NewHTTPHandler(s.gate, s.cfg.HTTP.MaxBodyBytes)
+	check := extauthz.NewHTTPHandler(s.checker, s.cfg.HTTP.MaxBodyBytes)
 	mux.Handle(extauthz.HTTPPrefix, check)
 	mux.Handle(extauthz.HTTPPrefix+"/", check)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +185,8 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(explain.Pattern, explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log}))
-	return s.sec.access.Handler(mux)
+	mux.Handle("GET /metrics", s.obs.metricsHandler())
+	return s.obs.tracing.Handler(s.sec.access.Handler(mux))
 }
 
 // readyz reports whether the WAL can write and a bundle is loaded.
@@ -257,13 +281,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		// The gateway also serves the API routes (with the HTTP listener's
 		// access rules), so its address is the deployment's one front URL.
-		gw := gateway.New(gateway.Options{Gate: s.gate, Upstream: up, API: s.Handler(),
+		gw := gateway.New(gateway.Options{Gate: s.checker, Upstream: up, API: s.Handler(),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, Logger: s.log})
-		servers = append(servers, s.httpServer(gw))
+		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
 	}
 	s.probe(ctx)
+	stopBackground := s.startBackground(ctx)
 	stopCompaction := s.startCompaction(ctx)
 	errc := make(chan error, len(servers)+1)
 	for i, srv := range servers {
@@ -300,7 +325,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.grpc.Stop()
 	}
 	wg.Wait()
+	stopBackground()
 	stopCompaction()
+	s.shutdownTracing()
 	if err := s.db.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -312,7 +339,10 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Close releases what New opened, for a Server that never ran.
-func (s *Server) Close() error { return s.db.Close() }
+func (s *Server) Close() error {
+	s.shutdownTracing()
+	return s.db.Close()
+}
 
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	return &http.Server{

@@ -1,0 +1,70 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// knownReasons are the reasons the service itself emits: the catalog's, the
+// ladder's, the clauses' and the gate's. They always get their own label
+// value; only reasons outside this set (the operator's policy reasons) count
+// against MaxExtraReasons.
+var knownReasons = []string{
+	preflight.ReasonPassed, preflight.ReasonRepairRequired, preflight.ReasonRepairExhausted,
+	preflight.ReasonSessionMetadataMissing, preflight.ReasonVerifierUnavailable,
+	preflight.ReasonResolverError, preflight.ReasonIntrospectorError,
+	preflight.ReasonPreflightRequired, preflight.ReasonBindingMismatch, preflight.ReasonExpired,
+	preflight.ReasonReplay, preflight.ReasonPlanShapeInvalid, preflight.ReasonArgumentProvenanceInvalid,
+	preflight.ReasonCapabilityNotInZone, preflight.ReasonRollbackContractNotReady,
+	preflight.ReasonExpectedEvidenceMissing, preflight.ReasonAttestationStale,
+	preflight.ReasonDecisionChainIncomplete, preflight.ReasonChainUnverifiableOffline,
+	preflight.ReasonPreconditionViolated, preflight.ReasonInvariantViolated,
+	preflight.ReasonPostconditionViolated,
+	"policy: allowed", "policy: denied", "gate: malformed_tool_call",
+}
+
+// knownCodes are the error codes the HTTP API and the gate answer with.
+var knownCodes = []string{
+	httpapi.CodeMalformedRequest, httpapi.CodeValidationFailed, httpapi.CodeUnsupportedVersion,
+	httpapi.CodeDeadlineExceeded, httpapi.CodeIdempotencyKeyReused, httpapi.CodeIdempotencyInProgress,
+	httpapi.CodeRequestTooLarge, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
+	httpapi.CodeNotFound, httpapi.CodeUnauthorized, httpapi.CodeMethodNotAllowed,
+	"verifier_unavailable",
+}
+
+// labelSet bounds the values one label takes: the known values, plus the
+// first limit others seen; anything later becomes OtherReason. The fast path
+// is a lock-free map load.
+type labelSet struct {
+	values sync.Map // value -> struct{}
+	mu     sync.Mutex
+	extra  int
+	limit  int
+}
+
+func (l *labelSet) init(limit int, known ...string) {
+	l.limit = limit
+	for _, v := range known {
+		l.values.Store(v, struct{}{})
+	}
+}
+
+// value returns v when it is known or fits under the limit, else OtherReason.
+func (l *labelSet) value(v string) string {
+	if _, ok := l.values.Load(v); ok {
+		return v
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.values.Load(v); ok {
+		return v
+	}
+	if l.extra >= l.limit {
+		return OtherReason
+	}
+	l.extra++
+	l.values.Store(v, struct{}{})
+	return v
+}

@@ -1,0 +1,331 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+var (
+	// ErrNoRegistry reports a New call without a registry.
+	ErrNoRegistry = errors.New("metrics: a registry is required")
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "autonomy"
+
+// MaxExtraReasons caps the distinct reasons outside the catalog (policy deny
+// reasons) that get their own label value; later ones count as OtherReason.
+const MaxExtraReasons = 32
+
+// OtherReason is the label value of reasons past MaxExtraReasons.
+const OtherReason = "other"
+
+// Reload results, the result label of autonomy_bundle_reloads_total.
+const (
+	ReloadOK        = "ok"
+	ReloadFailed    = "failed"
+	ReloadUnchanged = "unchanged"
+)
+
+// latencyBuckets span a cached allow (tens of microseconds) to a policy
+// timeout or a slow fsync (about a second).
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// batchBuckets cover one writer up to wal.Options.MaxBatch (512).
+var batchBuckets = prometheus.ExponentialBuckets(1, 2, 10)
+
+// Options configures New. The zero value is the default.
+type Options struct {
+	// WALPath is the WAL file whose size autonomy_wal_size_bytes reports,
+	// read at scrape time. Empty leaves the gauge out.
+	WALPath string
+	// NoRuntimeCollectors leaves out the Go and process collectors.
+	NoRuntimeCollectors bool
+}
+
+// Metrics holds the service's collectors. Its methods are safe for
+// concurrent use.
+type Metrics struct {
+	checkDuration      *prometheus.HistogramVec
+	checkDecisions     *prometheus.CounterVec
+	preflightDuration  *prometheus.HistogramVec
+	preflightDecisions *prometheus.CounterVec
+	repairAttempts     *prometheus.CounterVec
+	repairSessions     prometheus.Counter
+	cacheHits          prometheus.Counter
+	cacheMisses        prometheus.Counter
+	cacheEvictions     prometheus.Counter
+	walCommitDuration  prometheus.Histogram
+	walCommitBatch     prometheus.Histogram
+	walCommitErrors    prometheus.Counter
+	errors             *prometheus.CounterVec
+	mode               *prometheus.GaugeVec
+	bundleInfo         *prometheus.GaugeVec
+	bundleReloads      *prometheus.CounterVec
+
+	reasons  labelSet
+	codes    labelSet
+	children sync.Map // childKey -> prometheus.Counter or prometheus.Observer
+	bundleMu sync.Mutex
+}
+
+var (
+	_ binding.Observer = (*Metrics)(nil)
+	_ httpapi.Observer = (*Metrics)(nil)
+)
+
+// New creates the collectors and registers them, with the Go and process
+// collectors, on reg.
+func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, ErrNoRegistry
+	}
+	m := &Metrics{
+		checkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "check_duration_seconds",
+			Help:    "Time to decide one gated-path check (ext_authz gRPC, HTTP check or gateway), by answer and HTTP status.",
+			Buckets: latencyBuckets,
+		}, []string{"outcome", "status"}),
+		checkDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "check_decisions_total",
+			Help: "Check decisions as the decision frame records them; an advisory failure is outcome deny, enforced false.",
+		}, []string{"outcome", "reason", "mode", "enforced"}),
+		preflightDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "preflight_duration_seconds",
+			Help:    "Time to decide one POST /v1/preflight, including the WAL commit, by outcome.",
+			Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		preflightDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "preflight_decisions_total",
+			Help: "Preflight decisions by outcome and reason.",
+		}, []string{"outcome", "reason"}),
+		repairAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "repair_attempts_total",
+			Help: "Preflights submitted as repair attempts (attempt > 1 in a session), by outcome.",
+		}, []string{"outcome"}),
+		repairSessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "repair_sessions_total",
+			Help: "Repair sessions opened: first attempts that came back repair_required.",
+		}),
+		walCommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "wal_commit_duration_seconds",
+			Help:    "Time of one WAL commit (transaction and fsync), shared by every write in it.",
+			Buckets: latencyBuckets,
+		}),
+		walCommitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "wal_commit_batch_size",
+			Help:    "Writes sharing one WAL commit (group commit).",
+			Buckets: batchBuckets,
+		}),
+		walCommitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "wal_commit_errors_total",
+			Help: "WAL commits that failed (a writer's own error is not a commit failure).",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "errors_total",
+			Help: "Error answers by the code in their body: HTTP API codes, and verifier_unavailable for checks that could not be decided.",
+		}, []string{"code"}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "mode",
+			Help: "The active contract_refine.mode: 1 for the active mode, 0 for the others.",
+		}, []string{"mode"}),
+		bundleInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "bundle_info",
+			Help: "The policy bundle being served: always 1, labelled with its revision and source.",
+		}, []string{"revision", "source"}),
+		bundleReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "bundle_reloads_total",
+			Help: "Bundle reload attempts by result: ok, failed (the old bundle kept serving) or unchanged.",
+		}, []string{"result"}),
+	}
+	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "binding_cache_lookups_total",
+		Help: "Binding-cache lookups by result; a miss reads the WAL.",
+	}, []string{"result"})
+	m.cacheHits, m.cacheMisses = lookups.WithLabelValues("hit"), lookups.WithLabelValues("miss")
+	evictions := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "binding_cache_evictions_total",
+		Help: "Bindings evicted from the cache, by size or TTL.",
+	})
+	m.cacheEvictions = evictions
+
+	m.reasons.init(MaxExtraReasons, knownReasons...)
+	m.codes.init(MaxExtraReasons, knownCodes...)
+	// Zero series for the fixed label values, so rate() and absent() work
+	// from the first scrape rather than from the first event.
+	for _, r := range []string{ReloadOK, ReloadFailed, ReloadUnchanged} {
+		m.bundleReloads.WithLabelValues(r)
+	}
+	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
+		m.mode.WithLabelValues(string(mode))
+	}
+
+	cs := []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
+		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
+		m.walCommitErrors, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
+	if o.WALPath != "" {
+		path := o.WALPath
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wal_size_bytes",
+			Help: "Size of the WAL file (wal.db) on disk, read at scrape time.",
+		}, func() float64 {
+			st, err := os.Stat(path)
+			if err != nil {
+				return 0
+			}
+			return float64(st.Size())
+		}))
+	}
+	if !o.NoRuntimeCollectors {
+		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// childKey names one label combination of one metric vector.
+type childKey struct {
+	metric   uint8
+	a, b, c  string
+	enforced bool
+}
+
+const (
+	metricCheckDecisions uint8 = iota
+	metricCheckDuration
+	metricPreflightDecisions
+	metricPreflightDuration
+	metricErrors
+)
+
+// counter returns the child counter for k, resolving it once.
+func (m *Metrics) counter(k childKey, vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	if c, ok := m.children.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := m.children.LoadOrStore(k, vec.WithLabelValues(labels...))
+	return c.(prometheus.Counter)
+}
+
+// observer returns the child histogram for k, resolving it once.
+func (m *Metrics) observer(k childKey, vec *prometheus.HistogramVec, labels ...string) prometheus.Observer {
+	if o, ok := m.children.Load(k); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := m.children.LoadOrStore(k, vec.WithLabelValues(labels...))
+	return o.(prometheus.Observer)
+}
+
+// GateDecision records one check (binding.Observer).
+func (m *Metrics) GateDecision(d *binding.Decision, took time.Duration) {
+	outcome, reason, enforced := d.Recorded()
+	reason = m.reasons.value(reason)
+	mode := string(d.Mode)
+	m.counter(childKey{metric: metricCheckDecisions, a: outcome, b: reason, c: mode, enforced: enforced},
+		m.checkDecisions, outcome, reason, mode, strconv.FormatBool(enforced)).Inc()
+	answer := "deny"
+	if d.Allowed {
+		answer = "allow"
+	}
+	status := statusLabel(d.Status)
+	m.observer(childKey{metric: metricCheckDuration, a: answer, b: status}, m.checkDuration, answer, status).
+		Observe(took.Seconds())
+	if d.Status >= 500 {
+		m.APIError(d.Code())
+	}
+}
+
+// statusLabel avoids formatting the common statuses on every call.
+func statusLabel(status int) string {
+	switch status {
+	case 200:
+		return "200"
+	case 403:
+		return "403"
+	case 503:
+		return "503"
+	}
+	return strconv.Itoa(status)
+}
+
+// CacheLookup records a binding-cache lookup (binding.Observer).
+func (m *Metrics) CacheLookup(hit bool) {
+	if hit {
+		m.cacheHits.Inc()
+	} else {
+		m.cacheMisses.Inc()
+	}
+}
+
+// CacheEvicted records a binding-cache eviction (binding.Observer).
+func (m *Metrics) CacheEvicted() { m.cacheEvictions.Inc() }
+
+// Preflight records one preflight decision (httpapi.Observer).
+func (m *Metrics) Preflight(outcome preflight.Outcome, reason string, attempt int, took time.Duration) {
+	o := string(outcome)
+	reason = m.reasons.value(reason)
+	m.counter(childKey{metric: metricPreflightDecisions, a: o, b: reason}, m.preflightDecisions, o, reason).Inc()
+	m.observer(childKey{metric: metricPreflightDuration, a: o}, m.preflightDuration, o).Observe(took.Seconds())
+	switch {
+	case attempt > 1:
+		m.repairAttempts.WithLabelValues(o).Inc()
+	case outcome == preflight.OutcomeRepairRequired:
+		m.repairSessions.Inc()
+	}
+}
+
+// APIError records an error answer by its code (httpapi.Observer).
+func (m *Metrics) APIError(code string) {
+	code = m.codes.value(code)
+	m.counter(childKey{metric: metricErrors, a: code}, m.errors, code).Inc()
+}
+
+// WALCommit records one WAL commit; it has the signature of
+// wal.Options.OnCommit.
+func (m *Metrics) WALCommit(writes int, took time.Duration, err error) {
+	if err != nil {
+		m.walCommitErrors.Inc()
+		return
+	}
+	m.walCommitDuration.Observe(took.Seconds())
+	m.walCommitBatch.Observe(float64(writes))
+}
+
+// SetMode marks mode as the active one.
+func (m *Metrics) SetMode(mode binding.Mode) {
+	for _, each := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
+		v := 0.0
+		if each == mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(string(each)).Set(v)
+	}
+}
+
+// SetBundle reports the bundle now being served; the previous one's series
+// goes away, so autonomy_bundle_info always has exactly one series.
+func (m *Metrics) SetBundle(revision, source string) {
+	m.bundleMu.Lock()
+	defer m.bundleMu.Unlock()
+	m.bundleInfo.Reset()
+	m.bundleInfo.WithLabelValues(revision, source).Set(1)
+}
+
+// BundleReload records a reload attempt; result is ReloadOK, ReloadFailed or
+// ReloadUnchanged.
+func (m *Metrics) BundleReload(result string) { m.bundleReloads.WithLabelValues(result).Inc() }

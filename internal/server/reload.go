@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/contractrefine/autonomy/internal/metrics"
+)
+
+// Reload triggers, the trigger field of the reload log lines.
+const (
+	TriggerSignal     = "sighup"
+	TriggerFileChange = "file_change"
+)
+
+// Reload loads the configured bundle again and, if it loads, swaps it in
+// atomically: a check or preflight already running finishes under the
+// bundle it started with, and every later one sees the new bundle whole.
+// A bundle that does not load is refused, the error is logged and
+// returned, and the loaded bundle keeps serving. Reloads are serialised.
+func (s *Server) Reload(ctx context.Context, trigger string) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	old := s.bundle.Load()
+	b, err := LoadBundle(ctx, &s.cfg)
+	if err != nil {
+		s.obs.metrics.BundleReload(metrics.ReloadFailed)
+		s.log.ErrorContext(ctx, "bundle reload refused; the loaded bundle keeps serving", "trigger", trigger,
+			"bundle", old.Source(), "bundle_revision", old.Revision(), "err", err)
+		return err
+	}
+	if b.Revision() == old.Revision() {
+		s.obs.metrics.BundleReload(metrics.ReloadUnchanged)
+		s.log.InfoContext(ctx, "bundle unchanged", "trigger", trigger, "bundle", b.Source(),
+			"bundle_revision", b.Revision())
+		return nil
+	}
+	s.bundle.Store(b)
+	s.obs.metrics.SetBundle(b.Revision(), b.Source())
+	s.obs.metrics.BundleReload(metrics.ReloadOK)
+	s.log.InfoContext(ctx, "bundle reloaded", "trigger", trigger, "bundle", b.Source(),
+		"old_bundle_revision", old.Revision(), "bundle_revision", b.Revision())
+	return nil
+}
+
+// BundleRevision returns the revision of the bundle being served.
+func (s *Server) BundleRevision() string { return s.bundle.Load().Revision() }
+
+// ServeReloads reloads the bundle on every signal received until ctx ends;
+// the command line feeds it SIGHUP.
+func (s *Server) ServeReloads(ctx context.Context, signals <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-signals:
+			s.Reload(ctx, TriggerSignal)
+		}
+	}
+}
+
+// watchBundle reloads the bundle directory when files in it change (with
+// reload.watch, and only for a bundle directory: the embedded default never
+// changes). Events are debounced: the reload runs once the directory has
+// been quiet for reload.debounce, so an update that writes several files,
+// or one file in several writes, is loaded once and whole. A reload that
+// still catches a half-written file is refused and the next event retries.
+// Replacing the directory itself ends the watch; SIGHUP still reloads.
+func (s *Server) watchBundle(ctx context.Context) {
+	if s.cfg.Bundle == "" || !s.cfg.Reload.Watch {
+		return
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		s.log.Error("bundle watch unavailable; reload with SIGHUP", "err", err)
+		return
+	}
+	defer w.Close()
+	if err := watchTree(w, s.cfg.Bundle); err != nil {
+		s.log.Error("bundle watch unavailable; reload with SIGHUP", "bundle", s.cfg.Bundle, "err", err)
+		return
+	}
+	debounce := s.cfg.Reload.Debounce
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue // touch, chmod: the content is what it was
+			}
+			if ev.Has(fsnotify.Create) {
+				// A new subdirectory (the OPA loader reads the tree) or a
+				// Kubernetes ConfigMap's swapped ..data link.
+				if st, err := os.Stat(ev.Name); err == nil && st.IsDir() {
+					if err := watchTree(w, ev.Name); err != nil {
+						s.log.Warn("bundle watch: cannot watch new directory", "dir", ev.Name, "err", err)
+					}
+				}
+			}
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			s.log.Warn("bundle watch error", "err", err)
+		case <-timer.C:
+			s.Reload(ctx, TriggerFileChange)
+		}
+	}
+}
+
+// watchTree watches dir and every directory below it.
+func watchTree(w *fsnotify.Watcher, dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return w.Add(path)
+		}
+		return nil
+	})
+}
