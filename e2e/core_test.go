@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,5 +358,43 @@ func TestWALVerifyNamesTamperedFrame(t *testing.T) {
 		target.Seq, target.Seq-1)
 	if res.Code != 1 || !strings.Contains(res.Stdout, want) {
 		t.Fatalf("wal verify after tampering: exit %d, want 1 and %q\n%s%s", res.Code, want, res.Stdout, res.Stderr)
+	}
+}
+
+// TestServeRefusesUnwritableDataDir: a log the process cannot open for
+// writing stops startup (exit non-zero, nothing listening) instead of
+// serving without durability. Root ignores file modes, so as root the test
+// runs the server as nobody on a root-owned data dir.
+func TestServeRefusesUnwritableDataDir(t *testing.T) {
+	dir := t.TempDir()
+	// A log that exists: first a normal run creates it.
+	s := StartServer(t, ServeOptions{DataDir: dir})
+	if code := s.Stop(); code != 0 {
+		t.Fatalf("SIGTERM: exit code %d", code)
+	}
+	o := ServeOptions{DataDir: dir}
+	if os.Geteuid() == 0 {
+		o.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		// nobody must reach the dir (t.TempDir's parents are 0700 root).
+		for p := dir; p != filepath.Dir(p) && p != os.TempDir(); p = filepath.Dir(p) {
+			if err := os.Chmod(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		if err := os.Chmod(filepath.Join(dir, wal.FileName), 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	}
+	s, err := TryStartServer(t, o)
+	if err == nil {
+		t.Fatal("serve came up on a data dir it cannot write")
+	}
+	if s.code == 0 || len(s.LogLines("listening")) != 0 || !strings.Contains(s.Logs(), wal.FileName) {
+		t.Fatalf("exit %d, logs:\n%s", s.code, s.Logs())
 	}
 }

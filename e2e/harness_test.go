@@ -48,6 +48,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
+	// Readable by all, so a test may run the binary as another user.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -128,6 +133,8 @@ type ServeOptions struct {
 	Args []string
 	// Env is added to the inherited environment.
 	Env []string
+	// SysProcAttr, when set, is the child's (e.g. another user's credentials).
+	SysProcAttr *syscall.SysProcAttr
 }
 
 // Server is one running `autonomy serve` process.
@@ -182,6 +189,7 @@ func startServer(t testing.TB, o ServeOptions) (*Server, error) {
 	s.cmd = exec.Command(Binary(t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.Env = append(os.Environ(), o.Env...)
+	s.cmd.SysProcAttr = o.SysProcAttr
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start autonomy serve: %w", err)
 	}
