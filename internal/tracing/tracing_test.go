@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -237,5 +238,42 @@ func TestExportsToTheConfiguredEndpoint(t *testing.T) {
 				t.Errorf("resource attributes %v", col.attrs)
 			}
 		})
+	}
+}
+
+// BenchmarkChecker measures what tracing adds to one decision: a sampled
+// autonomy.check span with its attributes (no exporter, so only the
+// span's own cost is counted).
+func BenchmarkChecker(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	tr, err := New(context.Background(), Options{TracerProvider: tp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := binding.Decision{Allowed: true, Status: 200, Reason: "contract: passed", AuditID: "au_0123456789abcdef",
+		PreflightID: "pf_0123456789abcdef", Mode: binding.ModeEnforce, ToolKind: "tool.echo"}
+	c := tr.Checker(checkerFunc(func(context.Context, *binding.Request) binding.Decision { return d }))
+	r := &binding.Request{}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Check(context.Background(), r)
+	}
+}
+
+// BenchmarkLogHandler measures the decision log line through the trace-id
+// handler, with a span in the context.
+func BenchmarkLogHandler(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("bench").Start(context.Background(), "op")
+	defer span.End()
+	l := slog.New(NewLogHandler(slog.NewJSONHandler(io.Discard, nil)))
+	b.ReportAllocs()
+	for b.Loop() {
+		l.LogAttrs(ctx, slog.LevelInfo, "decision", slog.String("audit_id", "au_0123456789abcdef"),
+			slog.String("outcome", "allow"), slog.String("reason", "contract: passed"), slog.Bool("enforced", true),
+			slog.Int("status", 200), slog.String("mode", "enforce"), slog.String("preflight_id", "pf_0123456789abcdef"),
+			slog.String("tool_kind", "tool.echo"), slog.String("request_id", "r-1"))
 	}
 }
