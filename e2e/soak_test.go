@@ -336,7 +336,7 @@ func TestCrashSoak(t *testing.T) {
 	kills, passed := 0, 0
 	for cycle := 1; cycle <= cycles; cycle++ {
 		before := len(run.ledger.violations)
-		c := run.client(srv)
+		c := newSoakClient(t, srv)
 		uptime := soakMinUptime + time.Duration(rng.Int64N(int64(soakMaxUptime-soakMinUptime)))
 		run.drive(c, cycle, uptime, rng.Uint64(), func() { srv.Kill() })
 		kills++
@@ -346,14 +346,14 @@ func TestCrashSoak(t *testing.T) {
 			run.ledger.violate("cycle %d: wal verify exit %d: %s%s", cycle, res.Code, res.Stdout, res.Stderr)
 		}
 		srv = srv.Restart()
-		run.verify(run.client(srv), cycle, rng, false)
+		run.verify(newSoakClient(t, srv), cycle, rng, false)
 		if len(run.ledger.violations) == before {
 			passed++
 		}
 		t.Logf("soak: cycle %d: up %s, %d preflights, %d allows acknowledged so far", cycle,
 			uptime.Round(time.Millisecond), run.ledger.preflightsAcked.Load(), run.ledger.allows.Load())
 	}
-	run.verify(run.client(srv), cycles+1, rng, true)
+	run.verify(newSoakClient(t, srv), cycles+1, rng, true)
 	if code := srv.Stop(); code != 0 {
 		run.ledger.violate("graceful stop exited %d", code)
 	}
@@ -382,8 +382,10 @@ func TestCrashSoak(t *testing.T) {
 	}
 }
 
-func (r *soakRun) client(s *Server) *soakClient {
-	return &soakClient{s: s, authz: s.Authz(r.t), http: &http.Client{Transport: &http.Transport{
+// newSoakClient returns a client of s whose calls report transport errors
+// instead of failing the test: the process may die under it.
+func newSoakClient(t testing.TB, s *Server) *soakClient {
+	return &soakClient{s: s, authz: s.Authz(t), http: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: soakWorkers * 2}}}
 }
 

@@ -25,6 +25,9 @@ var (
 	ErrCorrupt = errors.New("wal: corrupt record")
 	// ErrFileGone reports that the log file was removed or replaced while open.
 	ErrFileGone = errors.New("wal: log file removed or replaced while open")
+	// ErrDiskFull reports that the file system holding the log has less
+	// than MinFreeBytes free.
+	ErrDiskFull = errors.New("wal: file system nearly full")
 )
 
 var (
@@ -111,7 +114,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
+	bdb, err := openBolt(path, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
@@ -232,22 +235,32 @@ func (db *DB) commit(batch []*write) {
 		failed := -1
 		var fnErr error
 		head := db.head
-		err := db.bolt.Update(func(btx *bolt.Tx) error {
-			tx := &Tx{btx: btx, head: &head, writing: true}
-			for i, w := range batch {
-				if err := w.fn(tx); err != nil {
-					failed, fnErr = i, err
-					return err
-				}
-			}
-			if tx.appended {
-				b, _ := json.Marshal(head)
-				return btx.Bucket(bucketMeta).Put(keyHead, b)
-			}
-			return nil
-		})
+		// A file no longer at the log's path gets no writes: they would be
+		// lost, and skipping them keeps it as it was should it come back.
+		err := db.checkFile()
 		if err == nil {
-			err = db.checkFile()
+			err = db.bolt.Update(func(btx *bolt.Tx) error {
+				tx := &Tx{btx: btx, head: &head, writing: true}
+				for i, w := range batch {
+					if err := w.fn(tx); err != nil {
+						failed, fnErr = i, err
+						return err
+					}
+				}
+				if tx.appended {
+					b, _ := json.Marshal(head)
+					return btx.Bucket(bucketMeta).Put(keyHead, b)
+				}
+				return nil
+			})
+		}
+		if err == nil {
+			if err = db.checkFile(); err != nil {
+				// The file went away during the commit, which is in the
+				// file this DB holds: the chain must follow it, or the next
+				// commit would reuse its seqs should the file come back.
+				db.head = head
+			}
 		}
 		if db.opts.OnCommit != nil {
 			db.opts.OnCommit(len(batch), time.Since(start), err)
@@ -283,7 +296,13 @@ func (db *DB) checkFile() error {
 }
 
 // Probe commits an empty write and reports whether the log can write now.
+// It also fails while the file system has less than MinFreeBytes free: on a
+// full disk bbolt goes on reusing freed pages for a write as small as the
+// probe's while frames that need new pages fail.
 func (db *DB) Probe(ctx context.Context) error {
+	if free, ok := freeBytes(filepath.Dir(db.path)); ok && free < MinFreeBytes {
+		return fmt.Errorf("%w: %d bytes free for %s", ErrDiskFull, free, db.path)
+	}
 	return db.Update(ctx, func(tx *Tx) error {
 		return tx.btx.Bucket(bucketMeta).Put([]byte("probe"), []byte{1})
 	})
