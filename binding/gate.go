@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
@@ -104,14 +104,17 @@ type Options struct {
 type Gate struct {
 	o     Options
 	cache *expirable.LRU[string, *entry]
+	// decisions holds preflight decisions as OPA values, for policies that
+	// read input.preflight.
+	decisions *expirable.LRU[string, ast.Value]
 }
 
 // entry is a cached binding. until is when the entry stops being served:
 // min(TTL ceiling, the binding's expiry).
+// The binding is kept without its decision JSON (see decisionCacheSize).
 type entry struct {
-	b        preflight.Binding
-	decision any
-	until    time.Time
+	b     preflight.Binding
+	until time.Time
 }
 
 // New returns a Gate.
@@ -138,7 +141,9 @@ func New(o Options) *Gate {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		// A handler that is never enabled, so the per-decision log line is
+		// not even formatted when nobody reads it.
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	o.KindHeader = strings.ToLower(o.KindHeader)
 	o.ActorHeader = strings.ToLower(o.ActorHeader)
@@ -148,6 +153,7 @@ func New(o Options) *Gate {
 		onEvict = func(string, *entry) { o.Observer.CacheEvicted() }
 	}
 	g.cache = expirable.NewLRU[string, *entry](o.CacheSize, onEvict, o.CacheTTL)
+	g.decisions = expirable.NewLRU[string, ast.Value](min(o.CacheSize, decisionCacheSize), nil, o.CacheTTL)
 	return g
 }
 
@@ -196,9 +202,23 @@ func (d *Decision) Code() string {
 
 // DenyBody is the JSON body of a deny (SPEC §5.5).
 func (d *Decision) DenyBody() []byte {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"code": d.Code(), "reason": d.Reason, "audit_id": d.AuditID}})
-	return b
+	// The bytes encoding/json writes for the map
+	// {"error":{"code","reason","audit_id"}} (keys sorted), without building
+	// the maps on every deny.
+	b := make([]byte, 0, 48+len(d.AuditID)+2*len(d.Reason))
+	b = append(b, `{"error":{"audit_id":`...)
+	b = appendJSONString(b, d.AuditID)
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, d.Code())
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, d.Reason)
+	return append(b, "}}"...)
+}
+
+// appendJSONString appends s as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	enc, _ := json.Marshal(s) // a string always encodes
+	return append(b, enc...)
 }
 
 // UpstreamHeaders are the headers added to an allowed request.
@@ -236,11 +256,18 @@ type call struct {
 	headerID  string
 	hasHeader bool
 	bound     *entry
+	// decision is the bound preflight's decision JSON when the lookup read
+	// it from the store (nil on a cache hit).
+	decision  json.RawMessage
 	policy    Policy // the bundle this call is decided under, for its revision
 	contract  string // first contract failure reason
 	status    int    // 503 when the ladder could not decide
 	errDetail error
 	digest    string
+	// argsDigest's memo.
+	digested        bool
+	argsDigestValue string
+	argsDigestErr   error
 }
 
 // Check decides one request. It never returns an allow when something went
@@ -305,7 +332,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	if c.contract != "" {
 		d.AdvisoryReason = c.contract
 	}
-	allowed, reason, err := pol.Allow(ctx, g.policyInput(c))
+	allowed, reason, err := g.allow(ctx, pol, c)
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "policy evaluation failed; denying", "audit_id", d.AuditID, "err", err)
 		return g.record(ctx, c, g.unavailable(d), now)

@@ -2,11 +2,11 @@ package binding
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -25,7 +25,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = preflight.ReasonPreflightRequired
 		return
 	}
-	e, err := g.lookup(ctx, c.headerID, now)
+	e, decision, err := g.lookup(ctx, c.headerID, now)
 	if errors.Is(err, wal.ErrNotFound) {
 		c.contract = preflight.ReasonPreflightRequired
 		return
@@ -34,7 +34,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
-	c.bound = e
+	c.bound, c.decision = e, decision
 	b := &e.b
 	if !b.Admits(c.kind) || (c.identity != "" && c.identity != b.ActorID) {
 		c.contract = preflight.ReasonBindingMismatch
@@ -42,7 +42,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 	}
 	capability, _ := gov.Capability(c.kind)
 	if capability.BindArguments {
-		d, err := canon.Digest(c.argsMap)
+		d, err := c.argsDigest()
 		if err != nil {
 			c.contract = preflight.ReasonBindingMismatch
 			return
@@ -68,33 +68,32 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 
 // lookup finds a binding in the cache, then in the store. A cache entry is
 // served until min(TTL ceiling, the binding's expiry); evicting it changes
-// no answer, since consumption is always checked in the store.
-func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, error) {
+// no answer, since consumption is always checked in the store. On a cache
+// miss it also returns the decision JSON it read, which the entry does not
+// keep.
+func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, json.RawMessage, error) {
 	if e, ok := g.cache.Get(id); ok {
 		if now.Before(e.until) {
 			g.observeCache(true)
-			return e, nil
+			return e, nil, nil
 		}
 		g.cache.Remove(id)
 	}
 	g.observeCache(false)
 	b, err := g.o.Store.Binding(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	decision := b.Decision
+	b.Decision = nil
 	e := &entry{b: b, until: now.Add(g.o.CacheTTL)}
 	if b.ExpiresAt.Before(e.until) {
 		e.until = b.ExpiresAt
 	}
-	if len(b.Decision) > 0 {
-		if e.decision, err = canon.Parse(b.Decision); err != nil {
-			return nil, err
-		}
-	}
 	if now.Before(e.until) {
 		g.cache.Add(id, e)
 	}
-	return e, nil
+	return e, decision, nil
 }
 
 func (g *Gate) observeCache(hit bool) {
@@ -106,29 +105,6 @@ func (g *Gate) observeCache(hit bool) {
 func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
 		RequestID: c.requestID, Time: now}
-}
-
-// policyInput builds the Rego input of SPEC §6 from Go values.
-func (g *Gate) policyInput(c *call) map[string]any {
-	headers := make(map[string]any, len(c.req.Headers))
-	for k, v := range c.req.Headers {
-		headers[k] = v
-	}
-	var pf any
-	if c.bound != nil && c.contract == "" {
-		pf = c.bound.decision
-	}
-	var args any = c.args
-	if args == nil {
-		args = map[string]any{}
-	}
-	return map[string]any{
-		"request":   map[string]any{"method": c.req.Method, "path": c.req.Path, "headers": headers},
-		"action":    map[string]any{"kind": c.kind, "args": args},
-		"actor":     map[string]any{"id": c.identity},
-		"mode":      string(g.o.Mode),
-		"preflight": pf,
-	}
 }
 
 // frame builds the autonomy.decision frame for d.
@@ -158,7 +134,7 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 		attrs["actor"] = c.identity
 	}
 	if c.gated && c.argsMap != nil {
-		if digest, err := canon.Digest(c.argsMap); err == nil {
+		if digest, err := c.argsDigest(); err == nil {
 			attrs["args_digest"] = digest
 		}
 		if g.o.StoreRawRequests {
@@ -173,10 +149,19 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	return wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now, Attrs: attrs}
 }
 
-// record writes the decision frame; the answer waits for it, and a write
-// failure turns any answer into a 503 deny.
+// record writes the decision frame. An allow waits until its frame is
+// durable, and a write failure turns it into a 503 deny. A deny changes no
+// state, so its frame is queued to share the next commit and the deny is
+// answered at once (wal/doc.go, "Frames that change no state"); when the
+// log cannot take the frame now (closed, file gone, last commit failed) the
+// deny waits for a durable write like an allow, and reports its failure
+// with 503 as before.
 func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
-	if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+	in := g.frame(c, &d, now)
+	if q, ok := g.o.Store.(frameQueue); ok && !d.Allowed && q.Enqueue(in) == nil {
+		return d
+	}
+	if _, err := g.o.Store.AppendDecision(ctx, in); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
 		return g.unavailable(d)
 	}
@@ -187,6 +172,8 @@ func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) D
 // durable commit; the allow is returned only after both are on disk.
 func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) Decision {
 	r := g.consumeRequest(c, now)
+	// The frame is built inside the WAL's commit loop; digest the args here.
+	_, _ = c.argsDigest()
 	var final Decision
 	r.Decision = func(res wal.ConsumeResult) wal.FrameInput {
 		final = g.afterConsume(c, d, res)

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"context"
 	"strings"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -94,8 +95,7 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 
 // ResponseFor translates a decision into Envoy's CheckResponse (SPEC §5.5).
 func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
-	meta, _ := structpb.NewStruct(map[string]any{"autonomy": map[string]any{
-		"audit_id": d.AuditID, "mode": string(d.Mode), "reason": d.Reason}})
+	meta := dynamicMetadata(d)
 	if d.Allowed {
 		up := d.UpstreamHeaders()
 		headers := make([]*corev3.HeaderValueOption, 0, len(up))
@@ -126,6 +126,23 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 		}},
 		DynamicMetadata: meta,
 	}
+}
+
+// dynamicMetadata is {"autonomy":{"audit_id","mode","reason"}}, built
+// directly: structpb.NewStruct would convert two Go maps on every answer to
+// reach the same message. Like NewStruct, it gives nil when a string is not
+// valid UTF-8, which a protobuf string cannot carry.
+func dynamicMetadata(d *binding.Decision) *structpb.Struct {
+	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(d.Reason) {
+		return nil
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"autonomy": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"audit_id": structpb.NewStringValue(d.AuditID),
+			"mode":     structpb.NewStringValue(string(d.Mode)),
+			"reason":   structpb.NewStringValue(d.Reason),
+		}}),
+	}}
 }
 
 func overwrite(k, v string) *corev3.HeaderValueOption {

@@ -48,8 +48,31 @@ type preflightAttrs struct {
 // RecordPreflight durably writes the autonomy.preflight frame, the binding
 // index, one session attempt and the idempotency record of a decision.
 func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
-	b := rec.Binding
-	attrs := map[string]any{}
+	raw, err := encodeAttrs(rec.attrs())
+	if err != nil {
+		return Frame{}, err
+	}
+	attrs := encodedAttrs(raw)
+	var frame Frame
+	err = db.Update(ctx, func(tx *Tx) error {
+		f, err := tx.recordPreflight(&rec, attrs)
+		frame = f
+		return err
+	})
+	return frame, err
+}
+
+// RecordPreflight writes what DB.RecordPreflight writes, inside tx, so that
+// a caller filling a log can put many preflights in one commit.
+func (tx *Tx) RecordPreflight(rec PreflightRecord) (Frame, error) {
+	return tx.recordPreflight(&rec, rec.attrs())
+}
+
+// attrs builds the autonomy.preflight frame's attrs. DB.RecordPreflight
+// encodes them before queueing, outside the commit loop.
+func (rec *PreflightRecord) attrs() map[string]any {
+	b := &rec.Binding
+	attrs := make(map[string]any, len(rec.Attrs)+7)
 	for k, v := range rec.Attrs {
 		attrs[k] = v
 	}
@@ -66,40 +89,40 @@ func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 	}
 	attrs["steps"] = steps
 	attrs["decision"] = rec.Decision
-	var frame Frame
-	err := db.Update(ctx, func(tx *Tx) error {
-		f, err := tx.Append(FrameInput{Kind: KindPreflight, AuditID: b.AuditID, Time: rec.Time, Attrs: attrs})
+	return attrs
+}
+
+func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
+	b := &rec.Binding
+	f, err := tx.Append(FrameInput{Kind: KindPreflight, AuditID: b.AuditID, Time: rec.Time, Attrs: attrs})
+	if err != nil {
+		return Frame{}, err
+	}
+	if b.PreflightID != "" {
+		k := seqKey(f.Seq)
+		if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), k[:]); err != nil {
+			return Frame{}, err
+		}
+	}
+	if rec.SessionKey != "" {
+		sb := tx.btx.Bucket(bucketSessions)
+		n := sessionCount(sb.Get([]byte(rec.SessionKey)))
+		var v [4]byte
+		binary.BigEndian.PutUint32(v[:], n+1)
+		if err := sb.Put([]byte(rec.SessionKey), v[:]); err != nil {
+			return Frame{}, err
+		}
+	}
+	if rec.Idempotency != nil {
+		v, err := json.Marshal(rec.Idempotency)
 		if err != nil {
-			return err
+			return Frame{}, err
 		}
-		frame = f
-		if b.PreflightID != "" {
-			k := seqKey(f.Seq)
-			if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), k[:]); err != nil {
-				return err
-			}
+		if err := tx.btx.Bucket(bucketIdempotency).Put([]byte(rec.Idempotency.Key), v); err != nil {
+			return Frame{}, err
 		}
-		if rec.SessionKey != "" {
-			sb := tx.btx.Bucket(bucketSessions)
-			n := sessionCount(sb.Get([]byte(rec.SessionKey)))
-			var v [4]byte
-			binary.BigEndian.PutUint32(v[:], n+1)
-			if err := sb.Put([]byte(rec.SessionKey), v[:]); err != nil {
-				return err
-			}
-		}
-		if rec.Idempotency != nil {
-			v, err := json.Marshal(rec.Idempotency)
-			if err != nil {
-				return err
-			}
-			if err := tx.btx.Bucket(bucketIdempotency).Put([]byte(rec.Idempotency.Key), v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return frame, err
+	}
+	return f, nil
 }
 
 func sessionCount(v []byte) uint32 {
@@ -180,6 +203,9 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 // AuditFrames returns the autonomy.preflight and autonomy.decision frames
 // under auditID, sorted by timestamp ascending, seq breaking ties.
 func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) {
+	if err := db.Flush(ctx); err != nil {
+		return nil, err
+	}
 	var out []Frame
 	err := db.View(func(tx *Tx) error {
 		return tx.eachAudit(auditID, func(f Frame) (bool, error) {
@@ -229,8 +255,12 @@ func (tx *Tx) eachAudit(auditID string, fn func(Frame) (bool, error)) error {
 
 // AppendDecision durably appends one frame, typically an autonomy.decision.
 func (db *DB) AppendDecision(ctx context.Context, in FrameInput) (Frame, error) {
+	in, err := preEncode(in)
+	if err != nil {
+		return Frame{}, err
+	}
 	var frame Frame
-	err := db.Update(ctx, func(tx *Tx) error {
+	err = db.Update(ctx, func(tx *Tx) error {
 		f, err := tx.Append(in)
 		frame = f
 		return err

@@ -65,7 +65,7 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				return bad(fmt.Sprintf("seq %d follows %d", seq, prev.Seq))
 			case f.PrevHash != prev.Hash:
 				return bad("prev_hash does not match the previous frame's hash")
-			case f.computeHash() != f.Hash:
+			case !f.hashMatches():
 				return bad("hash does not match the frame's contents")
 			}
 			rep.Frames++

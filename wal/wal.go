@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -83,6 +84,13 @@ type DB struct {
 	// head is the newest committed frame; only the commit loop changes it.
 	head chainPoint
 	ino  fileID
+
+	// queued counts writes queued by Enqueue and not yet committed or
+	// failed; Flush waits only when it is non-zero.
+	queued atomic.Int64
+	// lastErr is the error of the most recent commit, nil after a commit
+	// that succeeded. Enqueue refuses while it is set.
+	lastErr atomic.Pointer[error]
 }
 
 type chainPoint struct {
@@ -90,9 +98,23 @@ type chainPoint struct {
 	Hash string `json:"hash"`
 }
 
+// write is one queued write. done is nil for a write queued by Enqueue,
+// whose caller does not wait.
 type write struct {
 	fn   func(*Tx) error
 	done chan error
+}
+
+// answer tells the writer how its write ended.
+func (db *DB) answer(w *write, err error) {
+	if w.done != nil {
+		w.done <- err
+		return
+	}
+	db.queued.Add(-1)
+	if err != nil {
+		db.log.Error("wal: queued frame lost", "err", err)
+	}
 }
 
 // Open opens or creates the log at dir/wal.db.
@@ -203,14 +225,23 @@ func (db *DB) loop() {
 		select {
 		case first = <-db.queue:
 		case <-db.stop:
-			// Drain what was queued before Close.
+			// Drain what was queued before Close, in full batches: nothing
+			// can be queued any more (Close holds closed), so this ends.
 			for {
-				select {
-				case w := <-db.queue:
-					db.commit([]*write{w})
-				default:
+				batch = batch[:0]
+			drain:
+				for len(batch) < db.opts.MaxBatch {
+					select {
+					case w := <-db.queue:
+						batch = append(batch, w)
+					default:
+						break drain
+					}
+				}
+				if len(batch) == 0 {
 					return
 				}
+				db.commit(batch)
 			}
 		}
 		batch = append(batch[:0], first)
@@ -240,6 +271,10 @@ func (db *DB) commit(batch []*write) {
 		err := db.checkFile()
 		if err == nil {
 			err = db.bolt.Update(func(btx *bolt.Tx) error {
+				// Frames are keyed by a growing seq, so pages are filled to the
+				// brim instead of being split in half (bbolt's default suits
+				// random inserts and would leave the log half empty).
+				btx.Bucket(bucketFrames).FillPercent = 1.0
 				tx := &Tx{btx: btx, head: &head, writing: true}
 				for i, w := range batch {
 					if err := w.fn(tx); err != nil {
@@ -268,17 +303,20 @@ func (db *DB) commit(batch []*write) {
 		switch {
 		case err == nil:
 			db.head = head
+			db.lastErr.Store(nil)
 			for _, w := range batch {
-				w.done <- nil
+				db.answer(w, nil)
 			}
 			return
 		case failed >= 0 && errors.Is(err, fnErr):
-			batch[failed].done <- fnErr
+			db.answer(batch[failed], fnErr)
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
 		default:
 			db.log.Error("wal commit failed", "writes", len(batch), "err", err)
+			err = fmt.Errorf("wal commit: %w", err)
+			db.lastErr.Store(&err)
 			for _, w := range batch {
-				w.done <- fmt.Errorf("wal commit: %w", err)
+				db.answer(w, err)
 			}
 			return
 		}
@@ -335,7 +373,7 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 	}
 	attrs, err := encodeAttrs(in.Attrs)
 	if err != nil {
-		return Frame{}, fmt.Errorf("wal: frame attrs: %w", err)
+		return Frame{}, err
 	}
 	f := Frame{
 		Seq:       tx.head.Seq + 1,
@@ -346,12 +384,8 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 		PrevHash:  tx.head.Hash,
 	}
 	f.Hash = f.computeHash()
-	b, err := encodeFrame(&f)
-	if err != nil {
-		return Frame{}, err
-	}
 	key := seqKey(f.Seq)
-	if err := tx.btx.Bucket(bucketFrames).Put(key[:], b); err != nil {
+	if err := tx.btx.Bucket(bucketFrames).Put(key[:], f.encode()); err != nil {
 		return Frame{}, err
 	}
 	if f.AuditID != "" {

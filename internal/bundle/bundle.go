@@ -55,6 +55,7 @@ type Bundle struct {
 	allow      rego.PreparedEvalQuery
 	denyReason rego.PreparedEvalQuery
 	timeout    time.Duration
+	reads      inputReads
 }
 
 // Load loads the bundle in dir, or the embedded default bundle when dir is "".
@@ -109,6 +110,7 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 	if compiler.Compile(modules); compiler.Failed() {
 		return nil, fmt.Errorf("bundle %s: %w", source, compiler.Errors)
 	}
+	b.reads = inputReadsOf(compiler)
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store)).PrepareForEval(ctx)
 	}
@@ -270,9 +272,13 @@ var reasonRE = regexp.MustCompile(`[^a-z0-9_]+`)
 // folded into the reason shape: lower case, runs of anything but [a-z0-9_]
 // become "_".
 func (b *Bundle) Allow(ctx context.Context, input map[string]any) (bool, string, error) {
+	return b.allowWith(ctx, rego.EvalInput(input))
+}
+
+func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	rs, err := b.allow.Eval(ctx, rego.EvalInput(input))
+	rs, err := b.allow.Eval(ctx, input)
 	if err != nil {
 		return false, "", fmt.Errorf("bundle: evaluate data.autonomy.allow: %w", err)
 	}
@@ -286,7 +292,7 @@ func (b *Bundle) Allow(ctx context.Context, input map[string]any) (bool, string,
 		}
 	}
 	reason := "policy: denied"
-	if rs, err := b.denyReason.Eval(ctx, rego.EvalInput(input)); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
+	if rs, err := b.denyReason.Eval(ctx, input); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
 		if s, ok := rs[0].Expressions[0].Value.(string); ok {
 			if sub := strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_"); sub != "" {
 				reason = "policy: " + sub
