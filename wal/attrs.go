@@ -6,31 +6,37 @@ import (
 	"github.com/contractrefine/autonomy/internal/canon"
 )
 
-// encodedAttrs is attrs already in canonical JSON. The write helpers encode
-// attrs in the caller's goroutine before queueing, so the commit loop, which
-// every writer waits on, spends no time on it.
-type encodedAttrs []byte
+// encodedAttrs is attrs already in canonical JSON, and packed (compressed)
+// when they are large enough to be stored that way. The write helpers
+// encode attrs in the caller's goroutine before queueing, so the commit
+// loop, which every writer waits on, spends no time on either.
+type encodedAttrs struct {
+	canonical []byte
+	packed    []byte // nil: stored as they are
+}
 
-func encodeAttrs(v any) ([]byte, error) {
+// encodeAttrs returns v's canonical JSON and, for large attrs, their packed
+// form.
+func encodeAttrs(v any) (*encodedAttrs, error) {
 	switch t := v.(type) {
 	case nil:
-		return []byte("{}"), nil
-	case encodedAttrs:
+		return &encodedAttrs{canonical: []byte("{}")}, nil
+	case *encodedAttrs:
 		return t, nil
 	}
 	b, err := canon.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
-	return b, nil
+	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
 }
 
-// preEncode returns in with its attrs in canonical JSON.
+// preEncode returns in with its attrs encoded.
 func preEncode(in FrameInput) (FrameInput, error) {
-	b, err := encodeAttrs(in.Attrs)
+	e, err := encodeAttrs(in.Attrs)
 	if err != nil {
 		return in, err
 	}
-	in.Attrs = encodedAttrs(b)
+	in.Attrs = e
 	return in, nil
 }

@@ -6,7 +6,7 @@
 //
 // The log is one bbolt file (<data-dir>/wal.db) with these buckets:
 //
-//	frames       key: seq as 8-byte big-endian       value: the frame as JSON
+//	frames       key: seq as 8-byte big-endian       value: the frame as JSON, or packed (below)
 //	audit        key: audit_id 0x00 seq (8-byte BE)  value: empty (frames by audit id)
 //	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
@@ -21,6 +21,20 @@
 // A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.
 // seq starts at 1 and grows by one with every frame. timestamp is RFC 3339
 // with nanoseconds, UTC. attrs is canonical JSON (package internal/canon).
+// The stored JSON is what encoding/json writes with HTML escaping off, attrs
+// byte for byte.
+//
+// A frame whose attrs are 1 KiB or more (the autonomy.preflight frames,
+// which carry the whole decision) is stored packed when DEFLATE (RFC 1951)
+// shrinks its attrs by at least a quarter:
+//
+//	0x01  uvarint(n)  n bytes: the attrs, DEFLATE-compressed  {the frame's JSON without "attrs"}
+//
+// A stored JSON frame starts with '{', so the first byte tells the two
+// apart. Packing is storage only: the hash covers the canonical attrs either
+// way, DecodeFrame returns the same Frame, and Export writes JSON. It keeps a
+// one-step preflight under the 2 KB a frame may take on disk (the decision
+// JSON alone is about 1.5 KB; docs/PERFORMANCE.md has the figures).
 //
 // # Hash chain
 //

@@ -152,17 +152,25 @@ func encodeFrame(f *Frame) ([]byte, error) {
 	return f.encode(), nil
 }
 
-// DecodeFrame parses a stored frame. It rejects frames whose attrs are not a
-// JSON object or whose required members are missing.
+// DecodeFrame parses a stored frame, as JSON or packed (see pack.go). It
+// rejects frames whose attrs are not a JSON object or whose required members
+// are missing.
 func DecodeFrame(b []byte) (Frame, error) {
 	var f Frame
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return Frame{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if dec.More() {
-		return Frame{}, fmt.Errorf("%w: trailing data after frame", ErrCorrupt)
+	if len(b) > 0 && b[0] == packMarker {
+		var err error
+		if f, err = decodePacked(b); err != nil {
+			return Frame{}, err
+		}
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			return Frame{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if dec.More() {
+			return Frame{}, fmt.Errorf("%w: trailing data after frame", ErrCorrupt)
+		}
 	}
 	if f.Seq == 0 || f.Kind == "" || len(f.Attrs) == 0 || f.Attrs[0] != '{' || len(f.Hash) != 64 {
 		return Frame{}, fmt.Errorf("%w: frame is missing seq, kind, attrs or hash", ErrCorrupt)

@@ -48,11 +48,10 @@ type preflightAttrs struct {
 // RecordPreflight durably writes the autonomy.preflight frame, the binding
 // index, one session attempt and the idempotency record of a decision.
 func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
-	raw, err := encodeAttrs(rec.attrs())
+	attrs, err := encodeAttrs(rec.attrs())
 	if err != nil {
 		return Frame{}, err
 	}
-	attrs := encodedAttrs(raw)
 	var frame Frame
 	err = db.Update(ctx, func(tx *Tx) error {
 		f, err := tx.recordPreflight(&rec, attrs)

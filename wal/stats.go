@@ -61,7 +61,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 				Kind      string `json:"kind"`
 				Timestamp string `json:"timestamp"`
 			}
-			if err := json.Unmarshal(v, &f); err != nil {
+			if err := json.Unmarshal(frameHead(v), &f); err != nil {
 				return fmt.Errorf("%w: frame under key %x: %v", ErrCorrupt, k, err)
 			}
 			seq := uint64(0)

@@ -380,12 +380,16 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 		Kind:      in.Kind,
 		Timestamp: in.Time.UTC().Format(TimestampFormat),
 		AuditID:   in.AuditID,
-		Attrs:     attrs,
+		Attrs:     attrs.canonical,
 		PrevHash:  tx.head.Hash,
 	}
 	f.Hash = f.computeHash()
 	key := seqKey(f.Seq)
-	if err := tx.btx.Bucket(bucketFrames).Put(key[:], f.encode()); err != nil {
+	stored := f.encode()
+	if attrs.packed != nil {
+		stored = f.encodePacked(attrs.packed)
+	}
+	if err := tx.btx.Bucket(bucketFrames).Put(key[:], stored); err != nil {
 		return Frame{}, err
 	}
 	if f.AuditID != "" {

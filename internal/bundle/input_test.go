@@ -24,7 +24,7 @@ func TestReadsInput(t *testing.T) {
 		"nested rule and function": {`
 allow if ok(input.actor.id)
 ok(x) if x != input.request.method`, []string{"actor", "request"}},
-		"comprehension": {`allow if count([h | some h in input.request.headers]) > 0`, []string{"request"}},
+		"comprehension":      {`allow if count([h | some h in input.request.headers]) > 0`, []string{"request"}},
 		"in another package": {`allow if data.helpers.fine`, []string{"preflight"}},
 		"whole input":        {`allow if { x := input; x.mode == "enforce" }`, members},
 		"dynamic key":        {`allow if { some k; input[k] == 1 }`, members},

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/ids"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// fillChunk is how many preflights share one commit while filling.
+const fillChunk = 2000
+
+// template is a real one-step tool.echo decision, made by the verifier
+// under the embedded bundle, whose ids are swapped for fresh ones per
+// preflight: filling a million frames cannot afford the verifier each time.
+type template struct {
+	req      *preflight.Request
+	decision []byte
+	pfID     []byte
+	auditID  []byte
+	revision string
+}
+
+func newTemplate(ctx context.Context, now time.Time, window time.Duration) (*template, error) {
+	b, err := bundle.Load(ctx, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	req, rerr := preflight.DecodeRequest(preflightBody("session:fill"))
+	if rerr != nil {
+		return nil, rerr
+	}
+	v := preflight.NewVerifier(preflight.Options{BindingWindow: window, Now: func() time.Time { return now }})
+	d, err := v.Evaluate(ctx, preflight.Input{Request: req, Governance: b.Governance(), Clauses: b.Clauses(), Attempt: 1})
+	if err != nil {
+		return nil, err
+	}
+	if d.Outcome != preflight.OutcomePass {
+		return nil, fmt.Errorf("load: template preflight is %s (%s)", d.Outcome, d.Reason)
+	}
+	d.PreflightID, d.AuditID = ids.Preflight(), ids.Audit()
+	out, err := canon.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return &template{req: req, decision: out, pfID: []byte(d.PreflightID), auditID: []byte(d.AuditID),
+		revision: b.Revision()}, nil
+}
+
+// record returns a PreflightRecord like the HTTP API's for fresh ids.
+func (t *template) record(now, expires time.Time) (wal.PreflightRecord, error) {
+	pfID, auditID := ids.Preflight(), ids.Audit()
+	out := bytes.Replace(t.decision, t.pfID, []byte(pfID), 1)
+	out = bytes.Replace(out, t.auditID, []byte(auditID), 1)
+	d := &preflight.Decision{PreflightID: pfID, AuditID: auditID, Outcome: preflight.OutcomePass}
+	b, err := preflight.BindingOf(t.req, d, expires)
+	if err != nil {
+		return wal.PreflightRecord{}, err
+	}
+	b.Decision = out
+	attrs := map[string]any{"request_digest": "sha256:" + pfID, "attempt": 1, "reason": preflight.ReasonPassed,
+		"bundle_revision": t.revision, "dry_run": false, "intent_summary": t.req.Intent.Summary,
+		"plan_hash": t.req.Intent.PlanHash, "session_id": t.req.Context.Actor.SessionID}
+	return wal.PreflightRecord{Binding: b, Decision: out, Time: now, Attrs: attrs}, nil
+}
+
+// fillWAL writes about frames frames into the WAL in dir, in the proportions
+// of the service's own traffic (a preflight, its consumed marker frame and
+// the allow's decision frame), with bindings that expired a minute ago.
+// live > 0 instead writes live one-step bindings, preflight frames only,
+// that expire in an hour, and returns their ids.
+func fillWAL(ctx context.Context, dir string, frames, live int) ([]string, error) {
+	db, err := wal.Open(dir, &wal.Options{NoSync: true})
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	now := time.Now().UTC()
+	tpl, err := newTemplate(ctx, now, 5*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	var liveIDs []string
+	sets, expires := frames/3, now.Add(-time.Minute)
+	if live > 0 {
+		sets, expires = live, now.Add(time.Hour)
+	}
+	for start := 0; start < sets; start += fillChunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n := min(fillChunk, sets-start)
+		recs := make([]wal.PreflightRecord, n)
+		for i := range recs {
+			if recs[i], err = tpl.record(now, expires); err != nil {
+				return nil, err
+			}
+			if live > 0 {
+				liveIDs = append(liveIDs, recs[i].Binding.PreflightID)
+			}
+		}
+		err := db.Update(ctx, func(tx *wal.Tx) error {
+			for _, r := range recs {
+				if _, err := tx.RecordPreflight(r); err != nil {
+					return err
+				}
+				if live > 0 {
+					continue
+				}
+				b := &r.Binding
+				if _, err := tx.Append(wal.FrameInput{Kind: wal.KindConsumed, AuditID: b.AuditID, Time: now,
+					Attrs: map[string]any{"preflight_id": b.PreflightID, "step_id": "s1", "tool_kind": "tool.echo",
+						"request_id": "fill-" + b.PreflightID}}); err != nil {
+					return err
+				}
+				if _, err := tx.Append(wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: now,
+					Attrs: map[string]any{"outcome": "allow", "enforced": true, "mode": "enforce",
+						"reason": preflight.ReasonPassed, "status": 200, "request_id": "fill-" + b.PreflightID,
+						"tool_kind": "tool.echo", "method": "POST", "path": "/v1/tool", "preflight_id": b.PreflightID,
+						"step_id": "s1", "args_digest": b.Steps[0].ArgsDigest, "bundle_revision": tpl.revision}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("load: fill wal: %w", err)
+		}
+	}
+	return liveIDs, nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary stand in for the load command as the floor
+// process: startFloors runs this executable again with floorEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(floorEnv) != "" {
+		if err := serveFloors(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestLoadRunsBriefly runs the whole load command for a moment against the
+// real binary, scale checks included, and checks that every scenario ran,
+// every answer was the one expected, and the report holds every figure.
+// It asserts no timing: the figures are for people, not for tests.
+func TestLoadRunsBriefly(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("go is required under CI to build cmd/autonomy: %v", err)
+		}
+		t.Skipf("go not found, cannot build cmd/autonomy: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "autonomy")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "github.com/contractrefine/autonomy/cmd/autonomy").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg, err := parseFlags([]string{"-bin", bin, "-duration", "150ms", "-conc", "1,4", "-fill", "3000",
+		"-cached", "500", "-frames", "300", "-max-ids", "2000", "-json", filepath.Join(dir, "report.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("load output:\n%s", out.String())
+
+	want := map[string][]string{
+		targetFloor:   {scFloorCheck, scFloorHTTP},
+		targetService: {scPreflight, scConsume, scReplay, scNoHeader},
+		targetFilled:  {scPreflight, scConsume, scReplay, scNoHeader},
+	}
+	for target, scenarios := range want {
+		for _, sc := range scenarios {
+			for _, conc := range cfg.conc {
+				r := rep.find(target, sc, conc)
+				if r.Calls == 0 || r.Errors != 0 || r.PerSecond <= 0 || r.P50Micros <= 0 || r.P99Micros < r.P50Micros {
+					t.Errorf("%s / %s at %d: %+v", target, sc, conc, r)
+				}
+			}
+		}
+	}
+	if len(rep.Runs) != 10*len(cfg.conc) {
+		t.Errorf("%d runs, want %d", len(rep.Runs), 10*len(cfg.conc))
+	}
+	if rep.RSSBytes <= 0 || rep.RSSPeakBytes < rep.RSSBytes {
+		t.Errorf("RSS %d, peak %d", rep.RSSBytes, rep.RSSPeakBytes)
+	}
+	if rep.FillFrames != 3000 || rep.Cached != 500 || rep.CachedRSSBytes <= 0 {
+		t.Errorf("fill %d, cached %d (RSS %d)", rep.FillFrames, rep.Cached, rep.CachedRSSBytes)
+	}
+	if rep.FramePreflights != 300 || rep.UsedBytesPer <= 0 || rep.FileBytes < rep.UsedBytes || rep.FrameBytesPer <= 0 {
+		t.Errorf("frames: %d preflights, %d file bytes, %d used, %.0f per stored frame",
+			rep.FramePreflights, rep.FileBytes, rep.UsedBytes, rep.FrameBytesPer)
+	}
+	// Every goal this run could measure was judged: four throughput ratios
+	// at 64 are absent (the run went to 4), the serial p50 ratio, the filled
+	// WAL p50 for consume and preflight at each concurrency, RSS and size.
+	if n := 1 + 2*len(cfg.conc) + 2; len(rep.Goals) != n {
+		t.Errorf("%d goals judged, want %d: %+v", len(rep.Goals), n, rep.Goals)
+	}
+	if !strings.Contains(out.String(), "goals (issue 7):") {
+		t.Errorf("no goals section in the output")
+	}
+	raw, err := os.ReadFile(cfg.jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back report
+	if err := json.Unmarshal(raw, &back); err != nil || len(back.Runs) != len(rep.Runs) || len(back.Goals) != len(rep.Goals) {
+		t.Fatalf("JSON report: %v (%d runs, %d goals)", err, len(back.Runs), len(back.Goals))
+	}
+}
+
+// TestFlags: bad flags are refused before anything starts.
+func TestFlags(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		ok   bool
+	}{
+		"defaults":      {nil, true},
+		"conc list":     {[]string{"-conc", "1, 8,64"}, true},
+		"conc zero":     {[]string{"-conc", "0"}, false},
+		"conc word":     {[]string{"-conc", "many"}, false},
+		"duration zero": {[]string{"-duration", "0s"}, false},
+		"unknown flag":  {[]string{"-nope"}, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseFlags(tc.args)
+			if (err == nil) != tc.ok {
+				t.Fatalf("parseFlags(%q): %v, want ok %v", tc.args, err, tc.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,554 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// Scenario names, as printed and in the JSON report.
+const (
+	scFloorCheck = "check (floor)"
+	scFloorHTTP  = "http (floor)"
+	scPreflight  = "preflight"
+	scConsume    = "check consume"
+	scReplay     = "check replay"
+	scNoHeader   = "check no-header"
+)
+
+// Targets.
+const (
+	targetFloor   = "floor"
+	targetService = "service"
+	targetFilled  = "service, filled wal"
+)
+
+const (
+	reasonReplay   = "contract: preflight_replay"
+	reasonRequired = "contract: preflight_required"
+	reasonMismatch = "contract: preflight_binding_mismatch"
+)
+
+// config is the command line.
+type config struct {
+	bin      string
+	duration time.Duration
+	conc     []int
+	fill     int
+	cached   int
+	frames   int
+	maxIDs   int
+	logLevel string
+	jsonPath string
+}
+
+// report is everything one run measured.
+type report struct {
+	Machine string   `json:"machine"`
+	Runs    []result `json:"runs"`
+	// RSS of the service after the main scenarios.
+	RSSBytes     int64 `json:"rss_bytes"`
+	RSSPeakBytes int64 `json:"rss_peak_bytes"`
+	// Fill: the -fill run.
+	FillFrames  int     `json:"fill_frames,omitempty"`
+	FillSeconds float64 `json:"fill_seconds,omitempty"`
+	// Cached: the -cached run.
+	Cached           int     `json:"cached,omitempty"`
+	CachedRSSBefore  int64   `json:"cached_rss_before_bytes,omitempty"`
+	CachedRSSBytes   int64   `json:"cached_rss_bytes,omitempty"`
+	CachedLookupSecs float64 `json:"cached_lookup_seconds,omitempty"`
+	// Frames: the -frames run.
+	FramePreflights int     `json:"frame_preflights,omitempty"`
+	FileBytes       int64   `json:"file_bytes,omitempty"`
+	FileBytesPer    float64 `json:"file_bytes_per_preflight,omitempty"`
+	UsedBytes       int64   `json:"used_bytes,omitempty"`
+	UsedBytesPer    float64 `json:"used_bytes_per_preflight,omitempty"`
+	FrameBytesPer   float64 `json:"stored_frame_bytes_per_preflight,omitempty"`
+	Goals           []goal  `json:"goals"`
+}
+
+// goal is one of issue 7's ratios.
+type goal struct {
+	Name  string  `json:"name"`
+	Got   float64 `json:"got"`
+	Want  string  `json:"want"`
+	Met   bool    `json:"met"`
+	Notes string  `json:"notes,omitempty"`
+}
+
+func main() {
+	if os.Getenv(floorEnv) != "" {
+		if err := serveFloors(); err != nil {
+			fmt.Fprintln(os.Stderr, "load floors:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.StringVar(&cfg.bin, "bin", "", "autonomy binary to measure (default: build ./cmd/autonomy)")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each concurrency")
+	conc := fs.String("conc", "1,64", "comma-separated concurrencies")
+	fs.IntVar(&cfg.fill, "fill", 0, "also run the service scenarios on a WAL pre-filled with this many frames")
+	fs.IntVar(&cfg.cached, "cached", 0, "also measure RSS with this many bindings in the binding cache")
+	fs.IntVar(&cfg.frames, "frames", 5000, "one-step preflights for the bytes-per-frame check (0 skips it)")
+	fs.IntVar(&cfg.maxIDs, "max-ids", 30000, "most fresh preflight ids made (untimed) for one consume run")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "the service's log.level")
+	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	for _, s := range strings.Split(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("-conc %q: want positive integers", *conc)
+		}
+		cfg.conc = append(cfg.conc, n)
+	}
+	if cfg.duration <= 0 {
+		return cfg, errors.New("-duration must be positive")
+	}
+	return cfg, nil
+}
+
+// run measures everything cfg asks for, printing as it goes to out.
+func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
+	work, err := os.MkdirTemp("", "autonomy-load-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	if cfg.bin == "" {
+		fmt.Fprintln(out, "building ./cmd/autonomy ...")
+		if cfg.bin, err = buildService(work); err != nil {
+			return nil, err
+		}
+	}
+	rep := &report{Machine: fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d)", runtime.GOOS, runtime.GOARCH,
+		runtime.NumCPU(), runtime.GOMAXPROCS(0))}
+	fmt.Fprintf(out, "machine: %s; %s per scenario; concurrency %v\n", rep.Machine, cfg.duration, cfg.conc)
+
+	floors, faddrs, err := startFloors()
+	if err != nil {
+		return nil, err
+	}
+	defer floors.stop()
+	cl := newClient()
+	floorAC, floorConn, err := cl.dial(faddrs.GRPC)
+	if err != nil {
+		return nil, err
+	}
+	defer floorConn.Close()
+
+	// The main run: floors and the service on an empty WAL, interleaved per
+	// concurrency so that both see the same machine.
+	svc, err := newService(ctx, cfg, cl, filepath.Join(work, "empty"), true)
+	if err != nil {
+		return nil, err
+	}
+	floorHTTP := "http://" + faddrs.HTTP
+	for _, conc := range cfg.conc {
+		r := drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
+			return check(ctx, floorAC, cl.checkRequest("tool.echo", "pf_floorfloorfloorfloor"), codes.OK, "")
+		})
+		rep.add(out, targetFloor, scFloorCheck, r)
+		r = drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
+			_, err := cl.preflight(ctx, floorHTTP)
+			if err != nil && strings.Contains(err.Error(), "want pass") {
+				err = nil
+			}
+			return err
+		})
+		rep.add(out, targetFloor, scFloorHTTP, r)
+		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
+		if err := svc.scenarios(ctx, rep, out, targetService, conc, floorRate); err != nil {
+			svc.close()
+			return nil, err
+		}
+	}
+	rep.RSSBytes, rep.RSSPeakBytes, err = rss(svc.proc.pid())
+	if err != nil {
+		svc.close()
+		return nil, err
+	}
+	fmt.Fprintf(out, "service RSS after the runs: %.1f MB (peak %.1f MB)\n", mb(rep.RSSBytes), mb(rep.RSSPeakBytes))
+	if err := svc.close(); err != nil {
+		return nil, err
+	}
+
+	if cfg.fill > 0 {
+		if err := fillRun(ctx, cfg, cl, rep, out, filepath.Join(work, "filled")); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.cached > 0 {
+		if err := cachedRun(ctx, cfg, cl, rep, out, filepath.Join(work, "cached")); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.frames > 0 {
+		if err := framesRun(ctx, cfg, cl, rep, out, filepath.Join(work, "frames")); err != nil {
+			return nil, err
+		}
+	}
+	rep.judge(cfg)
+	rep.print(out)
+	if cfg.jsonPath != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.jsonPath, b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// service is a running autonomy serve with a client on it.
+type service struct {
+	cfg   config
+	cl    *client
+	proc  *proc
+	base  string
+	ac    authv3.AuthorizationClient
+	conn  io.Closer
+	pool  idPool
+	spent string // an id already consumed, for replays
+}
+
+// newService starts the service on dir; warm makes 50 preflights and
+// consumes them first.
+func newService(ctx context.Context, cfg config, cl *client, dir string, warm bool) (*service, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	p, addrs, err := startService(cfg.bin, dir, cfg.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	s := &service{cfg: cfg, cl: cl, proc: p, base: "http://" + addrs.HTTP}
+	if s.ac, s.conn, err = cl.dial(addrs.GRPC); err != nil {
+		p.stop()
+		return nil, err
+	}
+	// Warm up (untimed): connections, the policy, the first commits; and
+	// spend one id for the replay scenario.
+	for n := 0; warm && n < 50; n++ {
+		id, err := cl.preflight(ctx, s.base)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		if err := check(ctx, s.ac, cl.checkRequest("tool.echo", id), codes.OK, ""); err != nil {
+			s.close()
+			return nil, err
+		}
+		s.spent = id
+	}
+	return s, nil
+}
+
+func (s *service) close() error {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	return s.proc.stop()
+}
+
+// scenarios runs the four service scenarios at conc. floorRate bounds how
+// many fresh ids the consume run can use.
+func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64) error {
+	r := drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		id, err := s.cl.preflight(ctx, s.base)
+		if err == nil {
+			s.pool.add(id)
+		}
+		return err
+	})
+	rep.add(out, target, scPreflight, r)
+
+	// Fresh ids for the consume run, made now and not timed.
+	want := min(s.cfg.maxIDs, int(floorRate*s.cfg.duration.Seconds()*1.2)+100)
+	if err := s.topUp(ctx, want); err != nil {
+		return err
+	}
+	fresh := s.pool.take()
+	r = drive(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
+		return check(ctx, s.ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
+	})
+	rep.add(out, target, scConsume, r)
+
+	r = drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, reasonReplay)
+	})
+	rep.add(out, target, scReplay, r)
+
+	r = drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, reasonRequired)
+	})
+	rep.add(out, target, scNoHeader, r)
+	return nil
+}
+
+// topUp makes preflights at concurrency 64 until the pool holds want ids.
+func (s *service) topUp(ctx context.Context, want int) error {
+	need := want - s.pool.len()
+	if need <= 0 {
+		return nil
+	}
+	r := drive(ctx, 64, time.Hour, need, func(ctx context.Context, i int) error {
+		id, err := s.cl.preflight(ctx, s.base)
+		if err == nil {
+			s.pool.add(id)
+		}
+		return err
+	})
+	if r.Errors > 0 {
+		return fmt.Errorf("load: making fresh preflight ids: %d errors, first: %s", r.Errors, r.FirstError)
+	}
+	return ctx.Err()
+}
+
+// fillRun repeats the service scenarios on a WAL pre-filled with cfg.fill
+// frames.
+func fillRun(ctx context.Context, cfg config, cl *client, rep *report, out io.Writer, dir string) error {
+	fmt.Fprintf(out, "filling a WAL with %d frames ...\n", cfg.fill)
+	start := time.Now()
+	if _, err := fillWAL(ctx, dir, cfg.fill, 0); err != nil {
+		return err
+	}
+	rep.FillFrames, rep.FillSeconds = cfg.fill, time.Since(start).Seconds()
+	fmt.Fprintf(out, "filled in %.1f s\n", rep.FillSeconds)
+	svc, err := newService(ctx, cfg, cl, dir, true)
+	if err != nil {
+		return err
+	}
+	for _, conc := range cfg.conc {
+		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
+		if err := svc.scenarios(ctx, rep, out, targetFilled, conc, floorRate); err != nil {
+			svc.close()
+			return err
+		}
+	}
+	return svc.close()
+}
+
+// cachedRun puts cfg.cached bindings in the service's binding cache and
+// reads its RSS. Each binding is looked up once by a Check naming another
+// kind: the lookup caches the binding, the mismatch consumes nothing and
+// its deny is the gate's cheapest answer, so the run stays well inside the
+// cache's 60 s TTL.
+func cachedRun(ctx context.Context, cfg config, cl *client, rep *report, out io.Writer, dir string) error {
+	fmt.Fprintf(out, "writing %d live bindings ...\n", cfg.cached)
+	live, err := fillWAL(ctx, dir, 0, cfg.cached)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(ctx, cfg, cl, dir, true)
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+	if rep.CachedRSSBefore, _, err = rss(svc.proc.pid()); err != nil {
+		return err
+	}
+	r := drive(ctx, 64, time.Hour, len(live), func(ctx context.Context, i int) error {
+		return check(ctx, svc.ac, cl.checkRequest("tool.sleep", live[i]), codes.PermissionDenied, reasonMismatch)
+	})
+	if r.Errors > 0 {
+		return fmt.Errorf("load: caching bindings: %d errors, first: %s", r.Errors, r.FirstError)
+	}
+	rep.Cached, rep.CachedLookupSecs = r.Calls, r.Seconds
+	if rep.CachedRSSBytes, _, err = rss(svc.proc.pid()); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "RSS with %d bindings cached: %.1f MB (%.1f MB before the lookups, which took %.1f s)\n",
+		rep.Cached, mb(rep.CachedRSSBytes), mb(rep.CachedRSSBefore), rep.CachedLookupSecs)
+	return nil
+}
+
+// usedBytes is the part of a bbolt file holding data: its high-water mark
+// less its free pages. The file itself grows in steps of bbolt's AllocSize.
+func usedBytes(path string) (int64, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var size int64
+	if err := db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil }); err != nil {
+		return 0, err
+	}
+	st := db.Stats()
+	return size - int64(st.FreePageN+st.PendingPageN)*int64(db.Info().PageSize), nil
+}
+
+// framesRun makes cfg.frames one-step preflights on a fresh WAL, stops the
+// service and measures the file.
+func framesRun(ctx context.Context, cfg config, cl *client, rep *report, out io.Writer, dir string) error {
+	svc, err := newService(ctx, cfg, cl, dir, false)
+	if err != nil {
+		return err
+	}
+	r := drive(ctx, 64, time.Hour, cfg.frames, func(ctx context.Context, i int) error {
+		_, err := cl.preflight(ctx, svc.base)
+		return err
+	})
+	if err := svc.close(); err != nil {
+		return err
+	}
+	if r.Errors > 0 {
+		return fmt.Errorf("load: preflights for the frame size: %d errors, first: %s", r.Errors, r.FirstError)
+	}
+	st, err := os.Stat(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		return err
+	}
+	db, err := wal.Open(dir, nil)
+	if err != nil {
+		return err
+	}
+	stats, err := db.Stats(ctx)
+	db.Close()
+	if err != nil {
+		return err
+	}
+	n := stats.ByKind[wal.KindPreflight]
+	if n == 0 {
+		return errors.New("load: no preflight frames in the WAL")
+	}
+	used, err := usedBytes(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		return err
+	}
+	rep.FramePreflights, rep.FileBytes, rep.UsedBytes = n, st.Size(), used
+	rep.FileBytesPer = float64(st.Size()) / float64(n)
+	rep.UsedBytesPer = float64(used) / float64(n)
+	rep.FrameBytesPer = float64(stats.FrameBytes) / float64(stats.Frames)
+	fmt.Fprintf(out, "after %d one-step preflights (%d frames): file %d bytes (%.0f per preflight; bbolt grows it in 16 MB steps), "+
+		"pages in use %d bytes (%.0f per preflight), stored frame %.0f bytes\n",
+		n, stats.Frames, st.Size(), rep.FileBytesPer, used, rep.UsedBytesPer, rep.FrameBytesPer)
+	return nil
+}
+
+func (rep *report) add(out io.Writer, target, scenario string, r result) {
+	r.Target, r.Scenario = target, scenario
+	rep.Runs = append(rep.Runs, r)
+	note := ""
+	if r.Errors > 0 {
+		note = fmt.Sprintf("  %d ERRORS, first: %s", r.Errors, r.FirstError)
+	}
+	if r.RanOutOfIDs {
+		note += "  (ran out of fresh ids)"
+	}
+	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s\n",
+		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, note)
+}
+
+func (rep *report) find(target, scenario string, conc int) result {
+	for _, r := range rep.Runs {
+		if r.Target == target && r.Scenario == scenario && r.Conc == conc {
+			return r
+		}
+	}
+	return result{}
+}
+
+// judge works out the goals of issue 7 that this run measured.
+func (rep *report) judge(cfg config) {
+	has := func(c int) bool {
+		for _, x := range cfg.conc {
+			if x == c {
+				return true
+			}
+		}
+		return false
+	}
+	thr := func(target, sc, floorSc string, c int, want float64) {
+		s, f := rep.find(target, sc, c), rep.find(targetFloor, floorSc, c)
+		if f.PerSecond == 0 {
+			return
+		}
+		got := s.PerSecond / f.PerSecond
+		rep.Goals = append(rep.Goals, goal{Name: fmt.Sprintf("%s at %d: throughput / %s", sc, c, floorSc),
+			Got: got, Want: fmt.Sprintf(">= %.1f", want), Met: got >= want})
+	}
+	if has(64) {
+		thr(targetService, scConsume, scFloorCheck, 64, 0.5)
+		thr(targetService, scReplay, scFloorCheck, 64, 0.8)
+		thr(targetService, scNoHeader, scFloorCheck, 64, 0.8)
+		thr(targetService, scPreflight, scFloorHTTP, 64, 0.5)
+	}
+	if has(1) {
+		s, f := rep.find(targetService, scConsume, 1), rep.find(targetFloor, scFloorCheck, 1)
+		if f.P50Micros > 0 {
+			got := s.P50Micros / f.P50Micros
+			rep.Goals = append(rep.Goals, goal{Name: "check consume at 1: p50 / check (floor) p50",
+				Got: got, Want: "<= 3.0", Met: got <= 3})
+		}
+	}
+	if cfg.fill > 0 {
+		for _, sc := range []string{scConsume, scPreflight} {
+			for _, c := range cfg.conc {
+				e, f := rep.find(targetService, sc, c), rep.find(targetFilled, sc, c)
+				if e.P50Micros == 0 {
+					continue
+				}
+				got := f.P50Micros / e.P50Micros
+				rep.Goals = append(rep.Goals, goal{Name: fmt.Sprintf("%s at %d: p50 with %d frames / empty", sc, c, cfg.fill),
+					Got: got, Want: "<= 1.5", Met: got <= 1.5})
+			}
+		}
+	}
+	if cfg.cached > 0 {
+		got := mb(rep.CachedRSSBytes)
+		rep.Goals = append(rep.Goals, goal{Name: fmt.Sprintf("RSS MB with %d bindings cached", rep.Cached),
+			Got: got, Want: "<= 150", Met: got <= 150})
+	}
+	if cfg.frames > 0 {
+		rep.Goals = append(rep.Goals, goal{Name: "bytes on disk per one-step preflight (pages in use)",
+			Got: rep.UsedBytesPer, Want: "<= 2048", Met: rep.UsedBytesPer <= 2048})
+	}
+}
+
+func (rep *report) print(out io.Writer) {
+	fmt.Fprintln(out, "\ngoals (issue 7):")
+	for _, g := range rep.Goals {
+		mark := "met"
+		if !g.Met {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(out, "  %-62s %8.2f  want %-7s %s\n", g.Name, g.Got, g.Want, mark)
+	}
+}
+
+func mb(b int64) float64 { return float64(b) / (1 << 20) }

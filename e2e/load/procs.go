@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// floorEnv, set in a child's environment, makes the load command serve the
+// floors instead of measuring; the test binary honours it too.
+const floorEnv = "AUTONOMY_LOAD_SERVE_FLOORS"
+
+// startTimeout bounds the wait for a child process to say where it listens.
+const startTimeout = 60 * time.Second
+
+var (
+	errNoListenLine = errors.New("load: process exited before it said where it listens")
+	errStartTimeout = errors.New("load: process did not say where it listens in time")
+)
+
+// floorAddrs is the line the floor process prints on stdout.
+type floorAddrs struct {
+	GRPC string `json:"grpc_addr"`
+	HTTP string `json:"http_addr"`
+}
+
+// floorServer answers every Check with OK, doing no work: the gRPC floor.
+type floorServer struct {
+	authv3.UnimplementedAuthorizationServer
+}
+
+var okResponse = &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}}
+
+func (floorServer) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	return okResponse, nil
+}
+
+// serveFloors runs the two floors on loopback until stdin closes (the
+// parent exiting or closing it), printing their addresses first.
+func serveFloors() error {
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, floorServer{})
+	go gs.Serve(gl)
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body as any server must, answer a small JSON document.
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"outcome":"pass"}`))
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(hl)
+	line, _ := json.Marshal(floorAddrs{GRPC: gl.Addr().String(), HTTP: hl.Addr().String()})
+	fmt.Println(string(line))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	gs.Stop()
+	return hs.Close()
+}
+
+// proc is a child process the load command started.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	stdin  io.Closer
+	logs   string // file holding its stderr (and stdout, for the service)
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// stop ends the process: SIGTERM, then SIGKILL if it lingers.
+func (p *proc) stop() error {
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("load: pid %d ignored SIGTERM", p.pid())
+	}
+}
+
+// startFloors starts this executable again as the floor process.
+func startFloors() (*proc, floorAddrs, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, floorAddrs{}, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), floorEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, floorAddrs{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, floorAddrs{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, floorAddrs{}, err
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), stdin: stdin}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { cmd.Wait(); close(p.exited) }()
+	var addrs floorAddrs
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			return nil, addrs, errNoListenLine
+		}
+		if err := json.Unmarshal([]byte(line), &addrs); err != nil {
+			p.stop()
+			return nil, addrs, fmt.Errorf("load: floor process said %q: %w", line, err)
+		}
+	case <-time.After(startTimeout):
+		p.stop()
+		return nil, addrs, errStartTimeout
+	}
+	return p, addrs, nil
+}
+
+// serviceAddrs are the addresses from the service's "listening" log line.
+type serviceAddrs struct {
+	Msg  string `json:"msg"`
+	HTTP string `json:"http_addr"`
+	GRPC string `json:"grpc_addr"`
+}
+
+// startService runs `autonomy serve` in enforce mode on dataDir, logging to
+// a file beside it, and waits for its "listening" line.
+func startService(bin, dataDir, logLevel string) (*proc, serviceAddrs, error) {
+	var addrs serviceAddrs
+	cfg := filepath.Join(dataDir, "autonomy.yaml")
+	text := "contract_refine:\n  mode: enforce\nlog:\n  level: " + logLevel + "\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		return nil, addrs, err
+	}
+	logPath := filepath.Join(dataDir, "serve.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, addrs, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--http-addr", "127.0.0.1:0",
+		"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir, "--mode", "enforce")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, addrs, fmt.Errorf("load: start %s: %w", bin, err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), logs: logPath}
+	go func() { cmd.Wait(); close(p.exited) }()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if a, ok := listeningLine(logPath); ok {
+			return p, a, nil
+		}
+		select {
+		case <-p.exited:
+			raw, _ := os.ReadFile(logPath)
+			return nil, addrs, fmt.Errorf("%w: %s", errNoListenLine, raw)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, addrs, errStartTimeout
+		}
+	}
+}
+
+// listeningLine finds the "listening" line in the service's log so far.
+func listeningLine(path string) (serviceAddrs, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return serviceAddrs{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var a serviceAddrs
+		if json.Unmarshal(sc.Bytes(), &a) == nil && a.Msg == "listening" && a.HTTP != "" && a.GRPC != "" {
+			return a, true
+		}
+	}
+	return serviceAddrs{}, false
+}
+
+// rss returns VmRSS and VmHWM (peak) of pid in bytes, from /proc.
+func rss(pid int) (now, peak int64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, 0, fmt.Errorf("load: /proc/%d/status: %q", pid, line)
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if name == "VmRSS" {
+			now = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	if now == 0 {
+		return 0, 0, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
+	}
+	return now, peak, nil
+}
+
+// buildService builds ./cmd/autonomy of the module the command runs in.
+func buildService(dir string) (string, error) {
+	out := filepath.Join(dir, "autonomy")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/contractrefine/autonomy/cmd/autonomy")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("load: go build cmd/autonomy: %v\n%s", err, b)
+	}
+	return out, nil
+}
