@@ -175,6 +175,9 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := server.CheckSecurity(&cfg); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "configuration ok: mode %s, bundle %s (revision %s, %d capabilities)\n",
 				cfg.ContractRefine.Mode, b.Source(), b.Revision(), len(b.Governance().Capabilities))
 			for _, note := range b.Unenforced() {

@@ -39,6 +39,13 @@ func loadSecurity(cfg *config.Config, log *slog.Logger) (security, error) {
 	return sec, nil
 }
 
+// CheckSecurity reads the TLS material and the tokens file the way New
+// does, for check-config.
+func CheckSecurity(cfg *config.Config) error {
+	_, err := loadSecurity(cfg, nil)
+	return err
+}
+
 // grpcOptions are the gRPC server's transport options: TLS, and mTLS with
 // a client CA (extauthz then takes the caller identity from the verified
 // client certificate when the CheckRequest names no principal).
