@@ -192,7 +192,7 @@ func TestHostileLimits(t *testing.T) {
 		"preflight body over max_body_bytes": {method: "POST", path: "/v1/preflight",
 			body: `{"intent":{"summary":"` + strings.Repeat("a", 70000) + `"}}`, status: http.StatusRequestEntityTooLarge, code: "request-too-large"},
 		"deeply nested preflight": {method: "POST", path: "/v1/preflight",
-			body: `{"intent":{"summary":"s"},"plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"z","args":{"a":` + deep(30000) + `}}]},"context":{"actor":{"id":"a"}}}`,
+			body:   `{"intent":{"summary":"s"},"plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"z","args":{"a":` + deep(30000) + `}}]},"context":{"actor":{"id":"a"}}}`,
 			status: http.StatusBadRequest, code: "malformed-request"},
 		"deeply nested preflight, objects": {method: "POST", path: "/v1/preflight",
 			body: strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), status: http.StatusBadRequest, code: "malformed-request"},

@@ -44,9 +44,9 @@ import (
 )
 
 const (
-	soakWorkers       = 8
-	soakMinUptime     = 300 * time.Millisecond
-	soakMaxUptime     = 2 * time.Second
+	soakWorkers        = 8
+	soakMinUptime      = 300 * time.Millisecond
+	soakMaxUptime      = 2 * time.Second
 	soakRequestTimeout = 10 * time.Second
 	// soakSample bounds how many older records each restart re-checks; the
 	// ones acknowledged in the cycle just killed are always all checked,
