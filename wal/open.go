@@ -18,3 +18,16 @@ func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
 	}()
 	return bolt.Open(path, 0o600, o)
 }
+
+// viewRecovering runs fn in a read transaction. bbolt panics when a page it
+// reads is damaged (a file truncated or overwritten under it); that panic
+// becomes ErrCorrupt, so readers fail closed and `wal verify` reports the
+// damage instead of crashing. bbolt rolls the transaction back itself.
+func viewRecovering(b *bolt.DB, path string, fn func(*Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: reading %s: %v", ErrCorrupt, path, p)
+		}
+	}()
+	return b.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+}

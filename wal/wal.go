@@ -206,7 +206,8 @@ func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
 	return <-w.done
 }
 
-// View runs fn in a read-only transaction.
+// View runs fn in a read-only transaction. A damaged page makes it return
+// ErrCorrupt rather than panic.
 func (db *DB) View(fn func(*Tx) error) error {
 	db.mu.RLock()
 	closed := db.closed
@@ -214,7 +215,7 @@ func (db *DB) View(fn func(*Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
-	return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+	return viewRecovering(db.bolt, db.path, fn)
 }
 
 func (db *DB) loop() {
