@@ -141,3 +141,45 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestPreflightAttrsAsBefore: the preflight frame's attrs, built from
+// decoded values for speed, are byte for byte the canonical JSON of the
+// attrs as given (decision as JSON text, outcome as its named type).
+func TestPreflightAttrsAsBefore(t *testing.T) {
+	b := testBinding("pf_attrs", "tool.echo", "refund.create.v2")
+	b.Tenant = "tenant-1"
+	decisions := map[string]json.RawMessage{
+		"canonical":     json.RawMessage(`{"attempt":1,"eligibility":{"allowed":true},"outcome":"pass","reason":"a<b&c"}`),
+		"not canonical": json.RawMessage(`{ "outcome" : "pass", "attempt" : 1.0, "eligibility": {"allowed":true}, "x": "\u00e9" }`),
+		"none":          nil,
+	}
+	for name, decision := range decisions {
+		t.Run(name, func(t *testing.T) {
+			rec := PreflightRecord{Binding: b, Decision: decision, Time: t0,
+				Attrs: map[string]any{"attempt": 2, "dry_run": false, "request_digest": "sha256:x"}}
+			m, err := rec.attrs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := encodeAttrs(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := map[string]any{"attempt": 2, "dry_run": false, "request_digest": "sha256:x",
+				"preflight_id": b.PreflightID, "outcome": b.Outcome, "actor_id": b.ActorID, "tenant": b.Tenant,
+				"expires_at": b.ExpiresAt.UTC().Format(TimestampFormat), "decision": decision}
+			steps := []any{}
+			for _, s := range b.Steps {
+				steps = append(steps, map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest})
+			}
+			old["steps"] = steps
+			want, err := encodeAttrs(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.canonical, want.canonical) {
+				t.Fatalf("attrs\n got %s\nwant %s", got.canonical, want.canonical)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -48,7 +49,11 @@ type preflightAttrs struct {
 // RecordPreflight durably writes the autonomy.preflight frame, the binding
 // index, one session attempt and the idempotency record of a decision.
 func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
-	attrs, err := encodeAttrs(rec.attrs())
+	m, err := rec.attrs()
+	if err != nil {
+		return Frame{}, err
+	}
+	attrs, err := encodeAttrs(m)
 	if err != nil {
 		return Frame{}, err
 	}
@@ -64,19 +69,23 @@ func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 // RecordPreflight writes what DB.RecordPreflight writes, inside tx, so that
 // a caller filling a log can put many preflights in one commit.
 func (tx *Tx) RecordPreflight(rec PreflightRecord) (Frame, error) {
-	return tx.recordPreflight(&rec, rec.attrs())
+	attrs, err := rec.attrs()
+	if err != nil {
+		return Frame{}, err
+	}
+	return tx.recordPreflight(&rec, attrs)
 }
 
 // attrs builds the autonomy.preflight frame's attrs. DB.RecordPreflight
 // encodes them before queueing, outside the commit loop.
-func (rec *PreflightRecord) attrs() map[string]any {
+func (rec *PreflightRecord) attrs() (map[string]any, error) {
 	b := &rec.Binding
 	attrs := make(map[string]any, len(rec.Attrs)+7)
 	for k, v := range rec.Attrs {
 		attrs[k] = v
 	}
 	attrs["preflight_id"] = b.PreflightID
-	attrs["outcome"] = b.Outcome
+	attrs["outcome"] = string(b.Outcome)
 	attrs["actor_id"] = b.ActorID
 	if b.Tenant != "" {
 		attrs["tenant"] = b.Tenant
@@ -87,8 +96,19 @@ func (rec *PreflightRecord) attrs() map[string]any {
 		steps[i] = map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
 	}
 	attrs["steps"] = steps
-	attrs["decision"] = rec.Decision
-	return attrs
+	// The decision goes in decoded, so that the attrs are made only of
+	// plain JSON values and canon writes them in one pass; given as JSON
+	// text, the whole map would be encoded, parsed and written again (the
+	// costliest step of a preflight, measured in docs/PERFORMANCE.md).
+	attrs["decision"] = nil
+	if len(rec.Decision) > 0 {
+		doc, err := canon.Parse(rec.Decision)
+		if err != nil {
+			return nil, fmt.Errorf("wal: preflight decision: %w", err)
+		}
+		attrs["decision"] = doc
+	}
+	return attrs, nil
 }
 
 func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {

@@ -73,11 +73,11 @@ func TestLoadRunsBriefly(t *testing.T) {
 	if len(rep.Runs) != 10*len(cfg.conc) {
 		t.Errorf("%d runs, want %d", len(rep.Runs), 10*len(cfg.conc))
 	}
-	if rep.RSSBytes <= 0 || rep.RSSPeakBytes < rep.RSSBytes {
-		t.Errorf("RSS %d, peak %d", rep.RSSBytes, rep.RSSPeakBytes)
+	if m := rep.Memory; m.RSS <= 0 || m.Peak < m.RSS || m.Anon <= 0 || m.Anon+m.File > m.RSS {
+		t.Errorf("memory %+v", m)
 	}
-	if rep.FillFrames != 3000 || rep.Cached != 500 || rep.CachedRSSBytes <= 0 {
-		t.Errorf("fill %d, cached %d (RSS %d)", rep.FillFrames, rep.Cached, rep.CachedRSSBytes)
+	if rep.FillFrames != 3000 || rep.Cached != 500 || rep.CachedMemory.RSS <= 0 || rep.CachedBefore.RSS <= 0 {
+		t.Errorf("fill %d, cached %d (memory %+v)", rep.FillFrames, rep.Cached, rep.CachedMemory)
 	}
 	if rep.FramePreflights != 300 || rep.UsedBytesPer <= 0 || rep.FileBytes < rep.UsedBytes || rep.FrameBytesPer <= 0 {
 		t.Errorf("frames: %d preflights, %d file bytes, %d used, %.0f per stored frame",

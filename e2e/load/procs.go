@@ -225,35 +225,42 @@ func listeningLine(path string) (serviceAddrs, bool) {
 	return serviceAddrs{}, false
 }
 
-// rss returns VmRSS and VmHWM (peak) of pid in bytes, from /proc.
-func rss(pid int) (now, peak int64, err error) {
+// memory is a process's resident memory, from /proc/<pid>/status.
+type memory struct {
+	RSS  int64 `json:"rss_bytes"`      // VmRSS
+	Peak int64 `json:"rss_peak_bytes"` // VmHWM
+	Anon int64 `json:"rss_anon_bytes"` // RssAnon: the heap and stacks
+	File int64 `json:"rss_file_bytes"` // RssFile: mapped files, the bbolt file above all
+}
+
+// rss reads pid's resident memory.
+func rss(pid int) (memory, error) {
+	var m memory
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
+	fields := map[string]*int64{"VmRSS": &m.RSS, "VmHWM": &m.Peak, "RssAnon": &m.Anon, "RssFile": &m.File}
 	for _, line := range strings.Split(string(raw), "\n") {
 		name, value, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
+		into, want := fields[name]
+		if !ok || !want {
 			continue
 		}
-		fields := strings.Fields(value)
-		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, 0, fmt.Errorf("load: /proc/%d/status: %q", pid, line)
+		f := strings.Fields(value)
+		if len(f) != 2 || f[1] != "kB" {
+			return m, fmt.Errorf("load: /proc/%d/status: %q", pid, line)
 		}
-		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, 0, err
+			return m, err
 		}
-		if name == "VmRSS" {
-			now = kb << 10
-		} else {
-			peak = kb << 10
-		}
+		*into = kb << 10
 	}
-	if now == 0 {
-		return 0, 0, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
+	if m.RSS == 0 {
+		return m, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
 	}
-	return now, peak, nil
+	return m, nil
 }
 
 // buildService builds ./cmd/autonomy of the module the command runs in.

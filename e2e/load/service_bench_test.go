@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/server"
+)
+
+// benchServer is the whole service in process (the WAL fsyncs, the default
+// bundle, enforce mode), without its listeners: the benchmarks below call
+// its HTTP handler and its gate directly, so a CPU profile of them shows the
+// service's own work and nothing of the network or of a client.
+func benchServer(b *testing.B) *server.Server {
+	b.Helper()
+	cfg := config.Default()
+	cfg.DataDir = b.TempDir()
+	cfg.ContractRefine.Mode = "enforce"
+	s, err := server.New(context.Background(), cfg, server.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+func postPreflight(h http.Handler, session string) (string, error) {
+	req := httptest.NewRequest(http.MethodPost, "/v1/preflight", bytes.NewReader(preflightBody(session)))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		return "", fmt.Errorf("POST /v1/preflight: %d %s", rec.Code, rec.Body)
+	}
+	var d struct {
+		PreflightID string `json:"preflight_id"`
+	}
+	err := json.Unmarshal(rec.Body.Bytes(), &d)
+	return d.PreflightID, err
+}
+
+// benchConcurrently calls fn(i) for i in [0, b.N) from conc goroutines.
+func benchConcurrently(b *testing.B, conc int, fn func(i int) error) {
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		firstErr atomic.Value
+	)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+				if err := fn(i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkServicePreflight is POST /v1/preflight of a one-step plan, fresh
+// session each, through the service's handler, by 1 and 64 callers.
+func BenchmarkServicePreflight(b *testing.B) {
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			h := benchServer(b).Handler()
+			b.ReportAllocs()
+			b.ResetTimer()
+			benchConcurrently(b, conc, func(i int) error {
+				_, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkServiceCheck is the gRPC Check through the service's gate and the
+// ext_authz translation, by 1 and 64 callers: consume (a fresh preflight id
+// each, made beforehand and not timed), replay (an id already consumed) and
+// no_header (tool.shell without the header).
+func BenchmarkServiceCheck(b *testing.B) {
+	cases := []struct {
+		name  string
+		fresh bool   // a fresh id per call
+		kind  string // the tool kind called
+		code  int32
+	}{
+		{"consume", true, "tool.echo", 0},
+		{"replay", false, "tool.echo", 7},
+		{"no_header", false, "tool.shell", 7},
+	}
+	for _, tc := range cases {
+		for _, conc := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/conc=%d", tc.name, conc), func(b *testing.B) {
+				s := benchServer(b)
+				h := s.Handler()
+				srv := extauthz.NewServer(s.Gate())
+				cl := newClient()
+				ctx := context.Background()
+				n := 1
+				if tc.fresh {
+					n = b.N
+				}
+				idList := make([]string, n)
+				for i := range idList {
+					id, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					idList[i] = id
+				}
+				if !tc.fresh && tc.kind == "tool.echo" {
+					if _, err := srv.Check(ctx, cl.checkRequest("tool.echo", idList[0])); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				benchConcurrently(b, conc, func(i int) error {
+					id := ""
+					switch {
+					case tc.fresh:
+						id = idList[i]
+					case tc.kind == "tool.echo":
+						id = idList[0]
+					}
+					resp, err := srv.Check(ctx, cl.checkRequest(tc.kind, id))
+					if err == nil && resp.GetStatus().GetCode() != tc.code {
+						err = fmt.Errorf("check %d: %v", i, resp.GetStatus())
+					}
+					return err
+				})
+			})
+		}
+	}
+}
