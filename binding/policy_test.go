@@ -22,8 +22,9 @@ func TestPolicyDecidesInEveryMode(t *testing.T) {
 	}{
 		"deny with deny_reason": {"tool.blocked", 403, "policy: blocked_by_operator"},
 		"allow undefined":       {"tool.undefined", 403, "policy: denied"},
-		// Without strict builtin errors OPA makes the erring rule undefined.
-		"builtin error":         {"tool.divzero", 403, "policy: denied"},
+		// The bundle evaluates with strict builtin errors: a failing
+		// builtin is an evaluation error, never a quiet "undefined".
+		"builtin error":         {"tool.divzero", 503, preflight.ReasonVerifierUnavailable},
 		"non-boolean allow":     {"tool.nonbool", 503, preflight.ReasonVerifierUnavailable},
 		"conflicting values":    {"tool.conflict", 503, preflight.ReasonVerifierUnavailable},
 		"kind not a capability": {"tool.unlisted", 403, "policy: denied"},

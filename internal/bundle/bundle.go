@@ -112,7 +112,11 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 	}
 	b.reads = inputReadsOf(compiler)
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
-		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store)).PrepareForEval(ctx)
+		// Strict builtin errors: a builtin that fails (a bad argument, a
+		// division by zero) is an evaluation error, so the gate answers 503
+		// rather than reading the failure as "not allowed".
+		return rego.New(rego.Query(q), rego.Compiler(compiler), rego.Store(store),
+			rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	}
 	if b.allow, err = prepare("data.autonomy.allow"); err != nil {
 		return nil, fmt.Errorf("bundle %s: prepare data.autonomy.allow: %w", source, err)
