@@ -11,7 +11,8 @@
 //	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
 //	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
-//	sessions     key: session key (session_id 0x00 plan_hash)  value: attempts so far, 4-byte BE
+//	sessions     key: session key, the JSON array ["<session_id>","<plan_hash>"]
+//	             value: attempts so far, 4-byte BE
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
