@@ -55,7 +55,6 @@ type settings struct {
 	cached   int
 	frames   int
 	maxIDs   int
-	logLevel string
 	jsonPath string
 }
 
@@ -123,7 +122,6 @@ func parseFlags(args []string) (settings, error) {
 	fs.IntVar(&cfg.cached, "cached", 0, "also measure RSS with this many bindings in the binding cache")
 	fs.IntVar(&cfg.frames, "frames", 5000, "one-step preflights for the bytes-per-frame check (0 skips it)")
 	fs.IntVar(&cfg.maxIDs, "max-ids", 30000, "most fresh preflight ids made (untimed) for one consume run")
-	fs.StringVar(&cfg.logLevel, "log-level", "info", "the service's log.level")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -250,7 +248,7 @@ func newService(ctx context.Context, cfg settings, cl *client, dir string, warm 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	p, addrs, err := startService(cfg.bin, dir, cfg.logLevel)
+	p, addrs, err := startService(cfg.bin, dir)
 	if err != nil {
 		return nil, err
 	}

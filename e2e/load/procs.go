@@ -166,13 +166,13 @@ type serviceAddrs struct {
 	GRPC string `json:"grpc_addr"`
 }
 
-// startService runs `autonomy serve` in enforce mode on dataDir, logging to
-// a file beside it, and waits for its "listening" line.
-func startService(bin, dataDir, logLevel string) (*proc, serviceAddrs, error) {
+// startService runs `autonomy serve` in enforce mode on dataDir, logging (at
+// the default level, info: one line per decision) to a file beside it, and
+// waits for its "listening" line.
+func startService(bin, dataDir string) (*proc, serviceAddrs, error) {
 	var addrs serviceAddrs
 	cfg := filepath.Join(dataDir, "autonomy.yaml")
-	text := "contract_refine:\n  mode: enforce\nlog:\n  level: " + logLevel + "\n"
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("contract_refine:\n  mode: enforce\n"), 0o600); err != nil {
 		return nil, addrs, err
 	}
 	logPath := filepath.Join(dataDir, "serve.log")
