@@ -60,8 +60,9 @@
 // function fails, its transaction is rolled back and the others are retried
 // without it, so a function may run more than once and must act only through
 // the transaction it is given. A commit that fails fails exactly the writes
-// that were in it. Attrs are put in canonical form by the writer, before it
-// queues, so the one loop every writer waits on spends its time on bbolt.
+// that were in it. AppendDecision, Enqueue and RecordPreflight put attrs in
+// canonical form (and pack them) in the writer's goroutine, before queueing,
+// so the one loop every writer waits on spends its time on bbolt.
 //
 // # Frames that change no state
 //

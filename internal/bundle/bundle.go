@@ -284,6 +284,12 @@ func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, st
 	defer cancel()
 	rs, err := b.allow.Eval(ctx, input)
 	if err != nil {
+		// OPA reports a timeout as the context's error or as whichever
+		// builtin noticed it first (numbers.range: timed out …), as timing
+		// falls; name the cause the same way every time.
+		if cerr := ctx.Err(); cerr != nil && !strings.Contains(err.Error(), cerr.Error()) {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
 		return false, "", fmt.Errorf("bundle: evaluate data.autonomy.allow: %w", err)
 	}
 	if len(rs) > 0 && len(rs[0].Expressions) > 0 {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -87,5 +89,28 @@ func TestAllowValueMatchesAllow(t *testing.T) {
 				t.Fatalf("allowed %v, want %v (%q)", a1, want, r1)
 			}
 		})
+	}
+}
+
+// TestTimeoutNamesTheDeadline: a policy cut off by policy.timeout fails
+// with an error that says the deadline passed, whichever part of OPA
+// noticed it first.
+func TestTimeoutNamesTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	policy := "package autonomy\n\nimport rego.v1\n\nallow if {\n\tcount([1 | some i in numbers.range(1, 5000); some j in numbers.range(1, 5000)]) > 0\n}\n"
+	for name, text := range map[string]string{"policy.rego": policy, "data.yaml": "autonomy:\n  capabilities: {}\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := bundle.Load(context.Background(), dir, &bundle.Options{PolicyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		_, _, err := b.AllowValue(context.Background(), ast.NewObject())
+		if err == nil || !strings.Contains(err.Error(), "deadline exceeded") {
+			t.Fatalf("evaluation %d: %v", i, err)
+		}
 	}
 }
