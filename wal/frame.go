@@ -35,7 +35,8 @@ type FrameInput struct {
 	Kind    string
 	AuditID string
 	Time    time.Time
-	// Attrs is encoded to canonical JSON. A json.RawMessage is taken as JSON text.
+	// Attrs is encoded to canonical JSON. A json.RawMessage is taken as JSON
+	// text; CanonicalAttrs are taken as already canonical.
 	Attrs any
 }
 
@@ -68,6 +69,13 @@ func (f *Frame) canonicalBytes() []byte {
 // built by hand because this runs for every frame on the commit loop.
 func (f *Frame) encode() []byte {
 	b := make([]byte, 0, len(f.Attrs)+len(f.AuditID)+len(f.Kind)+len(f.Timestamp)+len(f.PrevHash)+len(f.Hash)+96)
+	return f.appendJSON(b, f.Attrs)
+}
+
+// appendJSON appends the frame's JSON, members in Frame's order, as
+// encoding/json writes them with HTML escaping off. A nil attrs leaves the
+// member out: that is the head of a packed frame.
+func (f *Frame) appendJSON(b, attrs []byte) []byte {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, f.Seq, 10)
 	b = append(b, `,"kind":`...)
@@ -76,8 +84,10 @@ func (f *Frame) encode() []byte {
 	b = appendJSONString(b, f.Timestamp)
 	b = append(b, `,"audit_id":`...)
 	b = appendJSONString(b, f.AuditID)
-	b = append(b, `,"attrs":`...)
-	b = append(b, f.Attrs...)
+	if attrs != nil {
+		b = append(b, `,"attrs":`...)
+		b = append(b, attrs...)
+	}
 	b = append(b, `,"prev_hash":`...)
 	b = appendJSONString(b, f.PrevHash)
 	b = append(b, `,"hash":`...)

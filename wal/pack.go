@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 )
 
@@ -63,25 +62,7 @@ func (f *Frame) encodePacked(packed []byte) []byte {
 	b = append(b, packMarker)
 	b = binary.AppendUvarint(b, uint64(len(packed)))
 	b = append(b, packed...)
-	return f.appendHead(b)
-}
-
-// appendHead appends the frame's JSON without attrs, members in Frame's
-// order, as encoding/json writes them with HTML escaping off.
-func (f *Frame) appendHead(b []byte) []byte {
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, f.Seq, 10)
-	b = append(b, `,"kind":`...)
-	b = appendJSONString(b, f.Kind)
-	b = append(b, `,"timestamp":`...)
-	b = appendJSONString(b, f.Timestamp)
-	b = append(b, `,"audit_id":`...)
-	b = appendJSONString(b, f.AuditID)
-	b = append(b, `,"prev_hash":`...)
-	b = appendJSONString(b, f.PrevHash)
-	b = append(b, `,"hash":`...)
-	b = appendJSONString(b, f.Hash)
-	return append(b, '}')
+	return f.appendJSON(b, nil)
 }
 
 // unpack splits a packed stored frame into its head JSON and its inflated
