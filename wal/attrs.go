@@ -15,6 +15,12 @@ type encodedAttrs struct {
 	packed    []byte // nil: stored as they are
 }
 
+// CanonicalAttrs is frame attrs the writer has already put in canonical
+// JSON (an object, RFC 8785): they are stored as they are, not parsed and
+// written again. The gate writes its decision attrs this way, by hand from
+// their fixed shape, on every deny.
+type CanonicalAttrs []byte
+
 // encodeAttrs returns v's canonical JSON and, for large attrs, their packed
 // form.
 func encodeAttrs(v any) (*encodedAttrs, error) {
@@ -23,6 +29,8 @@ func encodeAttrs(v any) (*encodedAttrs, error) {
 		return &encodedAttrs{canonical: []byte("{}")}, nil
 	case *encodedAttrs:
 		return t, nil
+	case CanonicalAttrs:
+		return &encodedAttrs{canonical: t, packed: packAttrs(t)}, nil
 	}
 	b, err := canon.Marshal(v)
 	if err != nil {

@@ -204,6 +204,24 @@ func isBMPOnly(s string) bool {
 
 const hexDigits = "0123456789abcdef"
 
+// WriteString writes s as a canonical JSON string (RFC 8785 §3.2.2.2), for
+// callers that write a known object shape by hand instead of building a map
+// for Marshal. It returns ErrInvalidUTF8, having written nothing, when s is
+// not valid UTF-8.
+func WriteString(buf *bytes.Buffer, s string) error {
+	return writeString(buf, s)
+}
+
+// WriteValue writes v in canonical form, as Marshal would, for a value made
+// only of the generic JSON values (map[string]any, []any, string, bool, nil,
+// json.Number, float64, int, int64). Anything else is an error.
+func WriteValue(buf *bytes.Buffer, v any) error {
+	if !isPlain(v) {
+		return fmt.Errorf("canon: unsupported type %T", v)
+	}
+	return write(buf, v)
+}
+
 func writeString(buf *bytes.Buffer, s string) error {
 	if !utf8.ValidString(s) {
 		return ErrInvalidUTF8

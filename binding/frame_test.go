@@ -1,0 +1,125 @@
+package binding
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// revPolicy is a Policy of which the frame reads only the revision.
+type revPolicy struct {
+	Policy
+	rev string
+}
+
+func (p revPolicy) Revision() string { return p.rev }
+
+// TestFrameAttrsMatchMarshal proves the hand-written decision attrs are the
+// bytes canon.Marshal writes for the same members as a map, and that attrs
+// it cannot write fall back to the map (so the log refuses them as before).
+func TestFrameAttrsMatchMarshal(t *testing.T) {
+	args := map[string]any{"z": json.Number("1.50"), "a": []any{"x\u2028", nil, true}, "\u00e9": map[string]any{}}
+	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
+	tests := map[string]struct {
+		raw      bool
+		c        call
+		d        Decision
+		fallback bool
+	}{
+		"replay deny": {
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool?x=1"}, gated: true, kind: "tool.echo",
+				argsMap: map[string]any{}, requestID: "req-1", policy: revPolicy{rev: "rev-1"}},
+			d: Decision{Status: 403, Reason: "contract: preflight_replay", PreflightID: "pf_1", AuditID: "aud"},
+		},
+		"allow with step and actor": {
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
+				argsMap: args, identity: "spiffe://x/\"y\"", policy: revPolicy{rev: ""}},
+			d: Decision{Allowed: true, Status: 200, Reason: "preflight: passed", PreflightID: "pf", StepID: "s1"},
+		},
+		"advisory deny with raw args": {
+			raw: true,
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "k\n\u0001\\",
+				argsMap: args, requestID: "\t", policy: revPolicy{rev: "r"}},
+			d: Decision{Status: 403, Reason: "policy: no", AdvisoryReason: "contract: plan_mismatch"},
+		},
+		"advisory allow": {
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.shell", argsMap: map[string]any{}},
+			d: Decision{Allowed: true, Status: 200, Reason: "policy: allowed", AdvisoryReason: "contract: preflight_required"},
+		},
+		"ungated unavailable": {
+			c: call{req: &Request{Method: "GET", Path: "/healthz#f"}},
+			d: Decision{Status: 503, Reason: reasonVerifierMissing},
+		},
+		"args digest fails": {
+			raw: true,
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
+				argsMap: map[string]any{"n": json.Number("1e400")}},
+			d:        deny,
+			fallback: true,
+		},
+		"actor not UTF-8": {
+			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
+				argsMap: map[string]any{}, identity: "\xff"},
+			d:        deny,
+			fallback: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
+			c := tc.c
+			want, wantErr := canon.Marshal(g.frameAttrsMap(&c, &tc.d))
+			in := g.frame(&c, &tc.d, time.Time{})
+			got, isCanonical := in.Attrs.(wal.CanonicalAttrs)
+			if tc.fallback {
+				if isCanonical {
+					t.Fatalf("attrs written by hand: %s", got)
+				}
+				if wantErr == nil {
+					t.Fatalf("canon.Marshal took the map the hand encoder refused")
+				}
+				return
+			}
+			if wantErr != nil || !isCanonical {
+				t.Fatalf("canon.Marshal error %v, attrs %T", wantErr, in.Attrs)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("hand-written attrs\n%s\nwant (canon.Marshal)\n%s", got, want)
+			}
+		})
+	}
+	if _, err := New(Options{}).frameAttrs(&call{req: &Request{}, identity: "\xfe"}, &deny); !errors.Is(err, canon.ErrInvalidUTF8) {
+		t.Fatalf("frameAttrs error = %v, want ErrInvalidUTF8", err)
+	}
+}
+
+// BenchmarkFrameAttrs compares the hand-written decision attrs with the map
+// put through canon.Marshal, for a replay deny.
+func BenchmarkFrameAttrs(b *testing.B) {
+	g := New(Options{Mode: ModeEnforce})
+	c := call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
+		argsMap: map[string]any{"msg": "hi"}, requestID: "req-1", policy: revPolicy{rev: "rev-1"}}
+	d := Decision{Status: 403, Reason: "contract: preflight_replay", PreflightID: "pf_0123456789abcdef", AuditID: "aud"}
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := g.frameAttrs(&c, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("map+canon.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := canon.Marshal(g.frameAttrsMap(&c, &d)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
