@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/open-policy-agent/opa/v1/ast"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -424,12 +423,9 @@ func (g *Gate) readCall(c *call) error {
 		c.args = c.argsMap
 		return nil
 	}
-	doc, err := canon.Parse(body)
+	doc, err := parseBody(body)
 	if err != nil {
-		return fmt.Errorf("body is not JSON: %w", err)
-	}
-	if err := checkUniqueKeys(body); err != nil {
-		return fmt.Errorf("body is ambiguous: %w", err)
+		return err
 	}
 	kind, ok := lookupPointer(doc, g.o.KindPointer)
 	if s, isString := kind.(string); ok && isString && s != "" {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 // errDuplicateKey is wrapped by the error for a gated body in which one
@@ -75,4 +77,79 @@ func checkUniqueKeys(b []byte) error {
 			top.expectKey = false
 		}
 	}
+}
+
+// parseBody decodes a gated body into the generic values canon.Parse
+// returns (numbers keep their text as json.Number) and refuses a body that
+// names a member twice, as canon.Parse followed by checkUniqueKeys does,
+// with the same errors, but without checkUniqueKeys' token-by-token pass on
+// the common body. Decoding into maps merges repeated names, so a body
+// whose text has as many members (name separators outside strings) as its
+// decoded objects hold has none; a body of exactly one value followed by
+// nothing but whitespace has nothing left for the two-pass reading to
+// refuse. Anything else (a syntax error, trailing data, fewer members held
+// than written) is read again the two-pass way for its error.
+func parseBody(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err == nil && onlySpace(b[dec.InputOffset():]) && membersWritten(b) == membersHeld(doc) {
+		return doc, nil
+	}
+	doc, err := canon.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("body is not JSON: %w", err)
+	}
+	if err := checkUniqueKeys(b); err != nil {
+		return nil, fmt.Errorf("body is ambiguous: %w", err)
+	}
+	return doc, nil
+}
+
+// onlySpace reports whether b is JSON whitespace only.
+func onlySpace(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// membersWritten counts the name separators outside strings in b, which
+// the caller has decoded as one JSON value: in JSON text each is exactly
+// one object member.
+func membersWritten(b []byte) int {
+	n := 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++ // the escaped character, which may be a quote
+		case c == '"':
+			inString = !inString
+		case c == ':' && !inString:
+			n++
+		}
+	}
+	return n
+}
+
+// membersHeld counts the members of every object in a decoded value.
+func membersHeld(v any) int {
+	switch t := v.(type) {
+	case map[string]any:
+		n := len(t)
+		for _, e := range t {
+			n += membersHeld(e)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range t {
+			n += membersHeld(e)
+		}
+		return n
+	}
+	return 0
 }

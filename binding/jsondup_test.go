@@ -2,7 +2,11 @@ package binding
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
+
+	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 func TestCheckUniqueKeys(t *testing.T) {
@@ -54,5 +58,78 @@ func BenchmarkCheckUniqueKeys(b *testing.B) {
 		if err := checkUniqueKeys(body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// twoPass is how the gate read a body before parseBody: canon.Parse, then
+// the duplicate-name scan.
+func twoPass(b []byte) (any, error) {
+	doc, err := canon.Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("body is not JSON: %w", err)
+	}
+	if err := checkUniqueKeys(b); err != nil {
+		return nil, fmt.Errorf("body is ambiguous: %w", err)
+	}
+	return doc, nil
+}
+
+// TestParseBodyAsTwoPass proves parseBody returns what the two-pass reading
+// returns, value and error, including where its member count is tricked.
+func TestParseBodyAsTwoPass(t *testing.T) {
+	tests := map[string]struct {
+		body    string
+		wantDup bool
+		wantErr bool
+	}{
+		"gated call":                         {body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125.50}}`},
+		"colons and quotes inside strings":   {body: `{"a\":":"x:\"y:","b":["::",{"c\\":":"}]}`},
+		"escaped backslash before a quote":   {body: `{"a\\":1,"b":"\\"}`},
+		"trailing whitespace":                {body: "{\"a\":1} \t\r\n"},
+		"top-level scalar":                   {body: `12.50`},
+		"empty object":                       {body: `{}`},
+		"repeated top-level key":             {body: `{"kind":"refund.create.v2","kind":"tool.echo"}`, wantDup: true},
+		"repeated nested key":                {body: `{"args":{"amountUsd":9999,"amountUsd":125}}`, wantDup: true},
+		"repeated key spelt with escapes":    {body: `{"a":1,"\u0061":2}`, wantDup: true},
+		"keys made equal by invalid UTF-8":   {body: "{\"\xff\":1,\"\xfe\":2}", wantDup: true},
+		"repeated key and a colon in a name": {body: `{"a:":1,"b":{"c":1,"c":2}}`, wantDup: true},
+		"trailing word":                      {body: `{"a":1} x`, wantErr: true},
+		"trailing value":                     {body: `{"a":1} {}`, wantErr: true},
+		"trailing close":                     {body: `{"a":1}]`, wantErr: true},
+		"cut off":                            {body: `{"a":`, wantErr: true},
+		"invalid escape":                     {body: `{"a":"\x"}`, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseBody([]byte(tc.body))
+			want, wantErr := twoPass([]byte(tc.body))
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("parseBody(%s) = %#v, %v; two passes give %#v, %v", tc.body, got, err, want, wantErr)
+			}
+			switch {
+			case tc.wantDup && !errors.Is(err, errDuplicateKey):
+				t.Fatalf("parseBody(%s) error %v, want a duplicate-key error", tc.body, err)
+			case tc.wantErr && (err == nil || errors.Is(err, errDuplicateKey)):
+				t.Fatalf("parseBody(%s) error %v, want a syntax error", tc.body, err)
+			case !tc.wantDup && !tc.wantErr && err != nil:
+				t.Fatalf("parseBody(%s) error %v", tc.body, err)
+			}
+		})
+	}
+}
+
+// BenchmarkParseBody compares parseBody with the two passes it replaces on
+// a typical gated body.
+func BenchmarkParseBody(b *testing.B) {
+	body := []byte(`{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125,"meta":{"channel":"web","tags":["a","b"]}}}`)
+	for name, parse := range map[string]func([]byte) (any, error){"parseBody": parseBody, "twoPass": twoPass} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parse(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
