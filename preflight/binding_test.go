@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,25 @@ func TestBindingOf(t *testing.T) {
 
 	if _, err := BindingOf(nil, d, expires); err == nil {
 		t.Error("BindingOf(nil request) succeeded")
+	}
+
+	// BindingWith is the same binding around the bytes it is given.
+	canonical, err := canon.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := BindingWith(req, d, expires, canonical)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(w.Decision) != string(canonical) {
+		t.Errorf("BindingWith Decision = %s, want %s", w.Decision, canonical)
+	}
+	w.Decision = b.Decision
+	if wj, bj := fmt.Sprintf("%+v", w), fmt.Sprintf("%+v", b); wj != bj {
+		t.Errorf("BindingWith = %s, BindingOf = %s", wj, bj)
+	}
+	if _, err := BindingWith(req, nil, expires, canonical); err == nil {
+		t.Error("BindingWith(nil decision) succeeded")
 	}
 }

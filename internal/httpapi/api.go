@@ -258,12 +258,11 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	if !dryRun {
 		expires, _ := time.Parse(time.RFC3339Nano, d.Eligibility.ExpiresAt)
-		b, err := preflight.BindingOf(req, d, expires)
+		b, err := preflight.BindingWith(req, d, expires, out)
 		if err != nil {
 			a.unavailable(w, "bind decision", err)
 			return
 		}
-		b.Decision = out
 		if env != nil {
 			b.Tenant = env.TenantIDRef
 		}
