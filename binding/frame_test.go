@@ -123,3 +123,29 @@ func BenchmarkFrameAttrs(b *testing.B) {
 		}
 	})
 }
+
+// TestDenyBodyAsEncodingJSON proves DenyBody writes what encoding/json
+// writes for the map it stands for, on the plain ASCII it writes itself and
+// on what it leaves to encoding/json.
+func TestDenyBodyAsEncodingJSON(t *testing.T) {
+	tests := map[string]Decision{
+		"replay":            {AuditID: "au_0123456789abcdef", Reason: "contract: preflight_replay"},
+		"html characters":   {AuditID: "a<b>&", Reason: "policy: x & y <z>"},
+		"quotes, controls":  {AuditID: "\"\\", Reason: "policy: tab\there\nnl \u0001"},
+		"non-ASCII":         {AuditID: "é", Reason: "policy: \u2028 \xff ünïcode"},
+		"empty":             {},
+		"reason without ::": {Reason: "no layer"},
+	}
+	for name, d := range tests {
+		t.Run(name, func(t *testing.T) {
+			want, err := json.Marshal(map[string]any{"error": map[string]any{
+				"audit_id": d.AuditID, "code": d.Code(), "reason": d.Reason}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.DenyBody(); !bytes.Equal(got, want) {
+				t.Fatalf("DenyBody = %s, want %s", got, want)
+			}
+		})
+	}
+}

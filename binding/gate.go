@@ -214,10 +214,20 @@ func (d *Decision) DenyBody() []byte {
 	return append(b, "}}"...)
 }
 
-// appendJSONString appends s as encoding/json writes it.
+// appendJSONString appends s as encoding/json writes it. Printable ASCII
+// other than the quote, the backslash and the HTML-escaped <, > and & is
+// written as it is, which is all an audit id or a reason holds; anything
+// else goes through encoding/json.
 func appendJSONString(b []byte, s string) []byte {
-	enc, _ := json.Marshal(s) // a string always encodes
-	return append(b, enc...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s) // a string always encodes
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // UpstreamHeaders are the headers added to an allowed request.

@@ -114,13 +114,13 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
-	enc, err := canon.Marshal(s)
-	if err != nil {
-		// Only invalid UTF-8 fails; keep the hash well defined by writing
-		// the bytes Go's encoder would, which Verify reproduces the same way.
-		enc, _ = json.Marshal(s)
+	// canon.WriteString writes nothing when it fails, and only invalid
+	// UTF-8 fails; keep the hash well defined by writing the bytes Go's
+	// encoder would, which Verify reproduces the same way.
+	if err := canon.WriteString(b, s); err != nil {
+		enc, _ := json.Marshal(s)
+		b.Write(enc)
 	}
-	b.Write(enc)
 }
 
 // computeHash returns the chain hash of f given its PrevHash.
