@@ -227,15 +227,20 @@ func writeString(buf *bytes.Buffer, s string) error {
 		return ErrInvalidUTF8
 	}
 	buf.WriteByte('"')
+	// Bytes written as they are go in runs, not one WriteByte each.
+	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		buf.WriteString(s[start:i])
+		start = i + 1
 		switch {
 		case c == '"':
 			buf.WriteString(`\"`)
 		case c == '\\':
 			buf.WriteString(`\\`)
-		case c >= 0x20:
-			buf.WriteByte(c)
 		case c == '\b':
 			buf.WriteString(`\b`)
 		case c == '\t':
@@ -252,6 +257,7 @@ func writeString(buf *bytes.Buffer, s string) error {
 			buf.WriteByte(hexDigits[c&0xF])
 		}
 	}
+	buf.WriteString(s[start:])
 	buf.WriteByte('"')
 	return nil
 }

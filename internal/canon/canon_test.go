@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -22,6 +23,9 @@ func TestMarshal(t *testing.T) {
 		"negative":                 {`-12.5e1`, `-125`},
 		"escapes":                  {`"a\"b\\c\n\u0001\u00e9<>&"`, `"a\"b\\c\n\u0001é<>&"`},
 		"nested":                   {`{"z":{"y":2,"x":1},"a":{}}`, `{"a":{},"z":{"x":1,"y":2}}`},
+		"escapes at both ends":     {`"\t\"mid\u0000dle\\\u001f"`, `"\t\"mid\u0000dle\\\u001f"`},
+		"only escapes":             {`"\b\f\r\n"`, `"\b\f\r\n"`},
+		"no escapes":               {`"plain text é"`, `"plain text é"`},
 		"utf16 order":              {`{"\ud83d\ude00":1,"\ue000":2}`, "{\"\U0001F600\":1,\"\ue000\":2}"},
 	}
 	for name, tc := range tests {
@@ -101,4 +105,20 @@ func FuzzMarshal(f *testing.F) {
 			t.Fatalf("not a fixed point: %s -> %s", out, again)
 		}
 	})
+}
+
+// TestWriteString: what it writes, and that it writes nothing for a string
+// that is not UTF-8.
+func TestWriteString(t *testing.T) {
+	var buf bytes.Buffer
+	buf.WriteString("x")
+	if err := WriteString(&buf, "a\x01\"b"); err != nil || buf.String() != `x"a\u0001\"b"` {
+		t.Fatalf("WriteString: %q, %v", buf.String(), err)
+	}
+	if err := WriteString(&buf, "\xff"); !errors.Is(err, ErrInvalidUTF8) || buf.String() != `x"a\u0001\"b"` {
+		t.Fatalf("WriteString(invalid UTF-8): %q, %v", buf.String(), err)
+	}
+	if err := WriteValue(&buf, struct{}{}); err == nil {
+		t.Fatal("WriteValue took a struct")
+	}
 }
