@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
@@ -176,7 +176,7 @@ func BenchmarkCheck(b *testing.B) {
 				e.writes.Store(0)
 				e.commitTime.Store(0)
 				b.ResetTimer()
-				benchParallel(b, conc, func(i int) error {
+				benchutil.Parallel(b, conc, func(i int) error {
 					if d := e.gate.Check(ctx, reqs[i]); d.Status != tc.status {
 						return fmt.Errorf("call %d: %+v", i, d)
 					}
@@ -189,35 +189,5 @@ func BenchmarkCheck(b *testing.B) {
 				}
 			})
 		}
-	}
-}
-
-// benchParallel calls fn(i) for i in [0, b.N) from n goroutines.
-func benchParallel(b *testing.B, n int, fn func(i int) error) {
-	b.Helper()
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-	)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		b.Fatal(err)
 	}
 }

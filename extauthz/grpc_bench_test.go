@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
@@ -146,35 +145,13 @@ func BenchmarkGRPCCheck(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()
 				b.ResetTimer()
-				var (
-					next     atomic.Int64
-					wg       sync.WaitGroup
-					firstErr atomic.Value
-				)
-				for range conc {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							i := int(next.Add(1)) - 1
-							if i >= b.N {
-								return
-							}
-							resp, err := client.Check(ctx, reqs[i])
-							if err == nil && codes.Code(resp.GetStatus().GetCode()) != tc.code {
-								err = fmt.Errorf("call %d: %v", i, resp.GetStatus())
-							}
-							if err != nil {
-								firstErr.CompareAndSwap(nil, err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				if err, ok := firstErr.Load().(error); ok {
-					b.Fatal(err)
-				}
+				benchutil.Parallel(b, conc, func(i int) error {
+					resp, err := client.Check(ctx, reqs[i])
+					if err == nil && codes.Code(resp.GetStatus().GetCode()) != tc.code {
+						err = fmt.Errorf("call %d: %v", i, resp.GetStatus())
+					}
+					return err
+				})
 			})
 		}
 	}

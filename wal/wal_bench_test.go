@@ -6,11 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -67,7 +67,7 @@ func benchAppend(b *testing.B, audit string, sync bool, writers int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	commits.Store(0)
-	runWriters(b, writers, func(i int) error {
+	benchutil.Parallel(b, writers, func(i int) error {
 		_, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: auditIDs[i], Time: t0, Attrs: decisionAttrs(i)})
 		return err
 	})
@@ -97,7 +97,7 @@ func BenchmarkEnqueue(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			runWriters(b, writers, func(i int) error {
+			benchutil.Parallel(b, writers, func(i int) error {
 				return db.Enqueue(FrameInput{Kind: KindDecision, AuditID: "au_bench", Time: t0, Attrs: decisionAttrs(i)})
 			})
 			if err := db.Close(); err != nil {
@@ -117,7 +117,7 @@ func BenchmarkConsume(b *testing.B) {
 			bindings := fillBindings(b, db, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
-			runWriters(b, writers, func(i int) error {
+			benchutil.Parallel(b, writers, func(i int) error {
 				res, err := db.Consume(ctx, ConsumeRequest{Binding: &bindings[i], Kind: "tool.echo",
 					RequestID: fmt.Sprintf("req-%d", i), Time: t0,
 					Decision: func(ConsumeResult) FrameInput {
@@ -129,36 +129,6 @@ func BenchmarkConsume(b *testing.B) {
 				return err
 			})
 		})
-	}
-}
-
-// runWriters calls fn(i) for i in [0, b.N) from n goroutines.
-func runWriters(b *testing.B, n int, fn func(i int) error) {
-	b.Helper()
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-	)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		b.Fatal(err)
 	}
 }
 

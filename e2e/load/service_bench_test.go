@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/server"
 )
@@ -48,31 +47,6 @@ func postPreflight(h http.Handler, session string) (string, error) {
 	return d.PreflightID, err
 }
 
-// benchConcurrently calls fn(i) for i in [0, b.N) from conc goroutines.
-func benchConcurrently(b *testing.B, conc int, fn func(i int) error) {
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-	)
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		b.Fatal(err)
-	}
-}
-
 // BenchmarkServicePreflight is POST /v1/preflight of a one-step plan, fresh
 // session each, through the service's handler, by 1 and 64 callers.
 func BenchmarkServicePreflight(b *testing.B) {
@@ -81,7 +55,7 @@ func BenchmarkServicePreflight(b *testing.B) {
 			h := benchServer(b).Handler()
 			b.ReportAllocs()
 			b.ResetTimer()
-			benchConcurrently(b, conc, func(i int) error {
+			benchutil.Parallel(b, conc, func(i int) error {
 				_, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
 				return err
 			})
@@ -131,7 +105,7 @@ func BenchmarkServiceCheck(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				benchConcurrently(b, conc, func(i int) error {
+				benchutil.Parallel(b, conc, func(i int) error {
 					id := ""
 					switch {
 					case tc.fresh:
