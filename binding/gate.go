@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -437,13 +438,13 @@ func (g *Gate) readCall(c *call) error {
 	if err != nil {
 		return err
 	}
-	kind, ok := lookupPointer(doc, g.o.KindPointer)
+	kind, ok := jsonptr.Resolve(doc, g.o.KindPointer)
 	if s, isString := kind.(string); ok && isString && s != "" {
 		c.kind = s
 	} else {
 		return errNoKind
 	}
-	args, ok := lookupPointer(doc, g.o.ArgsPointer)
+	args, ok := jsonptr.Resolve(doc, g.o.ArgsPointer)
 	if !ok || args == nil {
 		args = map[string]any{}
 	}
@@ -453,32 +454,4 @@ func (g *Gate) readCall(c *call) error {
 	}
 	c.args, c.argsMap = args, m
 	return nil
-}
-
-// lookupPointer resolves an RFC 6901 JSON Pointer in a decoded document.
-func lookupPointer(doc any, ptr string) (any, bool) {
-	if ptr == "" {
-		return doc, true
-	}
-	cur := doc
-	for _, tok := range strings.Split(ptr[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch v := cur.(type) {
-		case map[string]any:
-			next, ok := v[tok]
-			if !ok {
-				return nil, false
-			}
-			cur = next
-		case []any:
-			var i int
-			if _, err := fmt.Sscanf(tok, "%d", &i); err != nil || i < 0 || i >= len(v) || fmt.Sprint(i) != tok {
-				return nil, false
-			}
-			cur = v[i]
-		default:
-			return nil, false
-		}
-	}
-	return cur, true
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
 // MaxNesting is the deepest nesting of objects and arrays a PreflightRequest
@@ -143,7 +145,7 @@ func (d *requestDecoder) members(path string, field func(name, path string) *Req
 		if !ok {
 			return malformed(path, "invalid object member name")
 		}
-		member := path + "/" + escapeToken(name)
+		member := path + "/" + jsonptr.Escape(name)
 		if seen[name] {
 			return malformed(member, fmt.Sprintf("duplicate field %q", name))
 		}

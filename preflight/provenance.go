@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
 // Provenance forms a step argument may declare (SPEC §3.5.2).
@@ -45,7 +46,7 @@ func checkArgumentProvenance(e *evaluation) (Result, error) {
 }
 
 func (e *evaluation) checkProvenance(r *row, i int, s Step, name string) {
-	field := stepField(i, "provenance/"+escapeToken(name))
+	field := stepField(i, "provenance/"+jsonptr.Escape(name))
 	source, ok := s.Provenance[name]
 	switch {
 	case !ok:
@@ -71,13 +72,13 @@ func (e *evaluation) checkProvenance(r *row, i int, s Step, name string) {
 // claims to copy. The comparison is canonical, so 125 and 125.0 are equal
 // and key order does not matter.
 func (e *evaluation) checkInputProvenance(r *row, i int, s Step, name, pointer string) {
-	field := stepField(i, "provenance/"+escapeToken(name))
+	field := stepField(i, "provenance/"+jsonptr.Escape(name))
 	input, ok := e.envelopeInput()
 	if !ok {
 		r.fail(s.ID, field, fmt.Sprintf("argument %q comes from the envelope input, but the request has no envelope", name))
 		return
 	}
-	want, ok := resolvePointer(input, pointer)
+	want, ok := jsonptr.Resolve(input, pointer)
 	if !ok {
 		r.fail(s.ID, field, fmt.Sprintf("argument %q comes from input %q, which does not exist", name, pointer))
 		return
@@ -89,7 +90,7 @@ func (e *evaluation) checkInputProvenance(r *row, i int, s Step, name, pointer s
 		return
 	}
 	if !bytes.Equal(got, exp) {
-		r.repairable(s.ID, stepField(i, "args/"+escapeToken(name)),
+		r.repairable(s.ID, stepField(i, "args/"+jsonptr.Escape(name)),
 			fmt.Sprintf("argument %q differs from input %q it claims to copy", name, pointer), want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 )
 
@@ -159,12 +160,12 @@ func TestResolvePointer(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, found := resolvePointer(doc, tc.ptr)
+			got, found := jsonptr.Resolve(doc, tc.ptr)
 			if found != tc.found {
-				t.Fatalf("resolvePointer(%q) found = %v, want %v", tc.ptr, found, tc.found)
+				t.Fatalf("jsonptr.Resolve(%q) found = %v, want %v", tc.ptr, found, tc.found)
 			}
 			if found && name != "whole document" && got != tc.want {
-				t.Errorf("resolvePointer(%q) = %v, want %v", tc.ptr, got, tc.want)
+				t.Errorf("jsonptr.Resolve(%q) = %v, want %v", tc.ptr, got, tc.want)
 			}
 		})
 	}
