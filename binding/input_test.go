@@ -3,12 +3,11 @@ package binding
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -34,14 +33,8 @@ type mapPolicy struct{ Policy }
 // the decision cache lost it (read again from the WAL), through both input
 // paths.
 func TestPreflightDecisionReachesThePolicy(t *testing.T) {
-	dir := t.TempDir()
-	for name, text := range map[string]string{"policy.rego": pfPolicy,
-		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := bundle.Load(context.Background(), dir, nil)
+	b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": pfPolicy,
+		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

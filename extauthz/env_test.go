@@ -7,14 +7,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -48,17 +47,7 @@ const testData = `autonomy:
 
 func loadTestBundle(t testing.TB) *bundle.Bundle {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{"policy.rego": testPolicy, "data.yaml": testData} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := bundle.Load(context.Background(), dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return bundletest.Load(t, map[string]string{"policy.rego": testPolicy, "data.yaml": testData}, nil)
 }
 
 type env struct {

@@ -3,13 +3,12 @@ package bundle_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/clause"
 )
@@ -26,14 +25,7 @@ allow if data.autonomy.capabilities[input.action.kind]
 // writeBundle writes policy.rego and data.yaml into a fresh directory.
 func writeBundle(t *testing.T, data string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(testPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "data.yaml"), []byte(data), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, "data.yaml": data})
 }
 
 func TestLoadRejectsMalformedClauses(t *testing.T) {

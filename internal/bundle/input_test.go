@@ -2,8 +2,6 @@ package bundle_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/bundle"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 )
 
 // TestReadsInput: the bundle knows which top-level input members its policy
@@ -35,16 +34,10 @@ ok(x) if x != input.request.method`, []string{"actor", "request"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			files := map[string]string{
+			dir := bundletest.Dir(t, map[string]string{
 				"policy.rego":  "package autonomy\n\nimport rego.v1\n\n" + tc.rules + "\n",
 				"helpers.rego": "package helpers\n\nimport rego.v1\n\nfine if input.preflight.outcome == \"pass\"\n",
-			}
-			for name, text := range files {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
 			b, err := bundle.Load(context.Background(), dir, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -96,13 +89,8 @@ func TestAllowValueMatchesAllow(t *testing.T) {
 // with an error that says the deadline passed, whichever part of OPA
 // noticed it first.
 func TestTimeoutNamesTheDeadline(t *testing.T) {
-	dir := t.TempDir()
 	policy := "package autonomy\n\nimport rego.v1\n\nallow if {\n\tcount([1 | some i in numbers.range(1, 5000); some j in numbers.range(1, 5000)]) > 0\n}\n"
-	for name, text := range map[string]string{"policy.rego": policy, "data.yaml": "autonomy:\n  capabilities: {}\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := bundletest.Dir(t, map[string]string{"policy.rego": policy, "data.yaml": "autonomy:\n  capabilities: {}\n"})
 	b, err := bundle.Load(context.Background(), dir, &bundle.Options{PolicyTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
