@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 )
 
 // checkConfigPolicy is a minimal valid policy for bundles written here.
@@ -13,13 +15,7 @@ const checkConfigPolicy = "package autonomy\n\nimport rego.v1\n\ndefault allow :
 
 func writeCheckConfigBundle(t *testing.T, data string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range map[string]string{"policy.rego": checkConfigPolicy, "data.yaml": data} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return bundletest.Dir(t, map[string]string{"policy.rego": checkConfigPolicy, "data.yaml": data})
 }
 
 // TestCheckConfigClauses runs check-config in process on bundles with good,

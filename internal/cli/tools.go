@@ -47,51 +47,96 @@ func newHealthcheck(stdout io.Writer) *cobra.Command {
 }
 
 func newAudit(stdout io.Writer) *cobra.Command {
-	var server, token string
+	var server, token, dataDir, file string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit AUDIT_ID",
 		Short: "Print the chronological join of an audit id's preflight and tool decisions",
-		Args:  cobra.ExactArgs(1),
+		Long: "Print the join from a running service (--server, the default), or, with --data-dir or\n" +
+			"--config, straight from the WAL of a stopped service.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u := strings.TrimRight(server, "/") + "/v1/audit/" + url.PathEscape(args[0])
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u, nil)
+			var (
+				frames []wal.Frame
+				err    error
+			)
+			if dataDir != "" || file != "" {
+				frames, err = auditFromWAL(cmd, file, dataDir, args[0])
+			} else {
+				frames, err = auditFromServer(cmd, server, token, args[0])
+			}
 			if err != nil {
 				return err
-			}
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 			}
 			if asJSON {
-				_, err := stdout.Write(append(body, '\n'))
+				b, err := json.Marshal(map[string]any{"audit_id": args[0], "frames": frames})
+				if err != nil {
+					return err
+				}
+				_, err = stdout.Write(append(b, '\n'))
 				return err
 			}
-			var join struct {
-				AuditID string      `json:"audit_id"`
-				Frames  []wal.Frame `json:"frames"`
-			}
-			if err := json.Unmarshal(body, &join); err != nil {
-				return err
-			}
-			return PrintAuditTable(stdout, join.AuditID, join.Frames)
+			return PrintAuditTable(stdout, args[0], frames)
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "service HTTP API address")
 	cmd.Flags().StringVar(&token, "token", "", "bearer token for the read endpoints")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON join")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "read the WAL in this data directory instead of asking a server")
+	cmd.Flags().StringVar(&file, "config", "", "read the WAL of this configuration's data_dir instead of asking a server")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON join")
 	return cmd
+}
+
+// auditFromServer asks a running service for the join.
+func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.Frame, error) {
+	u := strings.TrimRight(server, "/") + "/v1/audit/" + url.PathEscape(auditID)
+	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var join struct {
+		Frames []wal.Frame `json:"frames"`
+	}
+	if err := json.Unmarshal(body, &join); err != nil {
+		return nil, err
+	}
+	return join.Frames, nil
+}
+
+// auditFromWAL reads the join from the WAL of a stopped service.
+func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string) ([]wal.Frame, error) {
+	dir, err := walDir(cmd, file, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("%w (is a server running on this data dir? use --server)", err)
+	}
+	defer db.Close()
+	frames, err := db.AuditFrames(cmd.Context(), auditID)
+	if err != nil {
+		return nil, err
+	}
+	if len(frames) == 0 {
+		return nil, fmt.Errorf("no frames have audit id %s in %s", auditID, db.Path())
+	}
+	return frames, nil
 }
 
 // PrintAuditTable prints frames as a terminal table, one row per frame.

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// TestAuditFromWAL reads the join straight from a stopped service's WAL.
+func TestAuditFromWAL(t *testing.T) {
+	dir := t.TempDir()
+	db, err := wal.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
+	b := preflight.Binding{PreflightID: "pf_auditfromwal0001", AuditID: "au_auditfromwal0001",
+		Outcome: preflight.OutcomePass, ActorID: "user:example", ExpiresAt: at.Add(5 * time.Minute),
+		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.echo", ArgsDigest: "sha256:x"}}}
+	ctx := context.Background()
+	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: at.Add(time.Second),
+		Attrs: map[string]any{"outcome": "allow", "reason": "contract: passed", "tool_kind": "tool.echo", "step_id": "s1"}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	tests := map[string]struct {
+		args     []string
+		code     int
+		contains []string
+	}{
+		"table":      {[]string{"audit", b.AuditID, "--data-dir", dir}, 0, []string{"2 frames", "preflight", "decision", "allow", "tool tool.echo step s1"}},
+		"json":       {[]string{"audit", b.AuditID, "--data-dir", dir, "--json"}, 0, []string{`"kind":"autonomy.preflight"`, `"kind":"autonomy.decision"`}},
+		"unknown id": {[]string{"audit", "au_nothinghere00001", "--data-dir", dir}, 1, []string{"no frames have audit id au_nothinghere00001"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Main(tc.args, &out, &errOut)
+			text := out.String() + errOut.String()
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, text)
+			}
+			for _, want := range tc.contains {
+				if !strings.Contains(text, want) {
+					t.Fatalf("output lacks %q:\n%s", want, text)
+				}
+			}
+		})
+	}
+}
