@@ -100,6 +100,14 @@ func (s *faultyStore) Binding(ctx context.Context, id string) (preflight.Binding
 	return s.DB.Binding(ctx, id)
 }
 
+func (s *faultyStore) Decision(ctx context.Context, id string) ([]byte, error) {
+	if s.fail == "Decision" {
+		s.called.Store(true)
+		return nil, errInjected
+	}
+	return s.DB.Decision(ctx, id)
+}
+
 func (s *faultyStore) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	if s.fail == "Peek" {
 		s.called.Store(true)
@@ -131,7 +139,7 @@ func (s *faultyStore) AppendDecision(ctx context.Context, in wal.FrameInput) (wa
 func TestNoErrorPathAllows(t *testing.T) {
 	b := loadTestBundle(t)
 	reached := map[string]int{}
-	for _, method := range []string{"Binding", "Peek", "Consume", "AppendDecision"} {
+	for _, method := range []string{"Binding", "Decision", "Peek", "Consume", "AppendDecision"} {
 		for _, mode := range modes {
 			for shape := range failShapes(preflight.Binding{}) {
 				t.Run(fmt.Sprintf("%s/%s/%s", method, mode, shape), func(t *testing.T) {
@@ -165,7 +173,7 @@ func TestNoErrorPathAllows(t *testing.T) {
 			}
 		}
 	}
-	for _, method := range []string{"Binding", "Peek", "Consume", "AppendDecision"} {
+	for _, method := range []string{"Binding", "Decision", "Peek", "Consume", "AppendDecision"} {
 		if reached[method] == 0 {
 			t.Errorf("no request reached a failing %s", method)
 		}

@@ -56,7 +56,9 @@ type Policy interface {
 
 // Store is the durable state the gate reads and writes.
 type Store interface {
+	// Binding may leave Decision nil; Decision then reads it.
 	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
+	Decision(ctx context.Context, preflightID string) ([]byte, error)
 	Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
 	Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
 	AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Frame, error)

@@ -119,15 +119,16 @@ func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
 }
 
 // decisionDoc is c's preflight decision decoded into Go values: from the
-// bytes the lookup just read, else read again from the store.
+// bytes the lookup just read (a binding recorded before the WAL's compact
+// binding record), else read from the store.
 func (g *Gate) decisionDoc(ctx context.Context, c *call) (any, error) {
 	raw := c.decision
 	if raw == nil {
-		b, err := g.o.Store.Binding(ctx, c.bound.b.PreflightID)
+		d, err := g.o.Store.Decision(ctx, c.bound.b.PreflightID)
 		if err != nil {
 			return nil, err
 		}
-		raw = b.Decision
+		raw = d
 	}
 	if len(raw) == 0 {
 		return nil, nil

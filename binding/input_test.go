@@ -28,8 +28,9 @@ deny_reason := sprintf("saw %v", [input.preflight])
 type mapPolicy struct{ Policy }
 
 // TestPreflightDecisionReachesThePolicy: the binding cache keeps no decision,
-// yet a policy that reads input.preflight sees it on a cache miss (from the
-// bytes the lookup read), on a cache hit (from the decision cache) and after
+// yet a policy that reads input.preflight sees it on a cache miss (read from
+// the WAL's frame: the lookup reads only the compact binding record), on a
+// cache hit (from the decision cache) and after
 // the decision cache lost it (read again from the WAL), through both input
 // paths.
 func TestPreflightDecisionReachesThePolicy(t *testing.T) {

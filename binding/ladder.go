@@ -72,8 +72,9 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 // lookup finds a binding in the cache, then in the store. A cache entry is
 // served until min(TTL ceiling, the binding's expiry); evicting it changes
 // no answer, since consumption is always checked in the store. On a cache
-// miss it also returns the decision JSON it read, which the entry does not
-// keep.
+// miss of a binding recorded before the WAL's compact binding record it also
+// returns the decision JSON it read, which the entry does not keep; for
+// newer bindings the store reads no decision until the policy needs it.
 func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, json.RawMessage, error) {
 	if e, ok := g.cache.Get(id); ok {
 		if now.Before(e.until) {

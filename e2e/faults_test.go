@@ -495,6 +495,13 @@ func (s *fltStore) Binding(ctx context.Context, id string) (preflight.Binding, e
 	return s.DB.Binding(ctx, id)
 }
 
+func (s *fltStore) Decision(ctx context.Context, id string) ([]byte, error) {
+	if err := s.fail(fltReads, "read"); err != nil {
+		return nil, err
+	}
+	return s.DB.Decision(ctx, id)
+}
+
 func (s *fltStore) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	if err := s.fail(fltReads, "read"); err != nil {
 		return wal.ConsumeResult{}, err

@@ -230,7 +230,7 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 		}
 		// The index may name a later frame if an id was ever recorded twice;
 		// only an entry pointing at this frame goes.
-		if idx := preflights.Get([]byte(g.attrs.PreflightID)); bytes.Equal(idx, key[:]) {
+		if seq, ok := indexSeq(preflights.Get([]byte(g.attrs.PreflightID))); ok && seq == g.f.Seq {
 			if err := preflights.Delete([]byte(g.attrs.PreflightID)); err != nil {
 				return err
 			}

@@ -8,7 +8,8 @@
 //
 //	frames       key: seq as 8-byte big-endian       value: the frame as JSON, or packed (below)
 //	audit        key: audit_id 0x00 seq (8-byte BE)  value: empty (frames by audit id)
-//	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE)
+//	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE),
+//	             then the compact binding record (below)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
 //	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
 //	sessions     key: session key, the JSON array ["<session_id>","<plan_hash>"]
@@ -36,6 +37,33 @@
 // way, DecodeFrame returns the same Frame, and Export writes JSON. It keeps a
 // one-step preflight under the 2 KB a frame may take on disk (the decision
 // JSON alone is about 1.5 KB; docs/PERFORMANCE.md has the figures).
+//
+// # Binding record
+//
+// The gate looks a binding up on every binding-cache miss. Reading it from
+// the frame meant inflating and decoding the whole packed decision and paging
+// in the frame's pages of the file (most of the service's RSS with 100,000
+// bindings cached; docs/PERFORMANCE.md). So the preflights value carries, after
+// the frame's seq, what the gate needs:
+//
+//	0x01 (version)  str(audit_id)  str(outcome)  str(actor_id)  str(tenant, "" for none)
+//	varint(expires_at, seconds since 1970 UTC)  uvarint(expires_at's nanoseconds)
+//	uvarint(step count), then per step:  str(id)  str(kind)  digest
+//
+// str(s) is uvarint(len(s)) and the bytes of s; varint and uvarint are those
+// of encoding/binary. digest is 0x01 and 32 bytes for "sha256:" followed by
+// 64 lowercase hex digits (the form every args digest has), else 0x00 and
+// str(the digest). The record repeats what the frame states, so it is not
+// part of the hash chain: the frame stays the record of proof and Verify reads
+// only frames; the record is an index, written in the frame's transaction.
+// Like the seq before it, an edited record is not caught by Verify (the
+// file's permissions are what guard it).
+// DB.Binding returns the binding from the record without its decision;
+// DB.Decision reads the decision from the frame. A value of exactly 8 bytes
+// (a log written before the record existed) is still read: Binding then
+// decodes the frame and returns the decision with it. A binary older than
+// the record finds no binding for a value longer than 8 bytes, so it denies
+// calls naming those ids (preflight_required) rather than allowing them.
 //
 // # Hash chain
 //

@@ -118,8 +118,8 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 		return Frame{}, err
 	}
 	if b.PreflightID != "" {
-		k := seqKey(f.Seq)
-		if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), k[:]); err != nil {
+		v := encodeBindingRecord(f.Seq, b)
+		if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), v); err != nil {
 			return Frame{}, err
 		}
 	}
@@ -151,27 +151,65 @@ func sessionCount(v []byte) uint32 {
 	return binary.BigEndian.Uint32(v)
 }
 
-// Binding returns the recorded binding of a preflight id, with its decision JSON.
+// Binding returns the recorded binding of a preflight id. It reads the
+// compact record in the preflights index, not the frame, so Decision is nil;
+// Decision returns it. Only a binding written before the compact record
+// existed (an index value of the seq alone) is read from its frame, and then
+// comes with its Decision.
 func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
 	var b preflight.Binding
 	err := db.View(func(tx *Tx) error {
 		v := tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID))
-		if len(v) != 8 {
+		seq, ok := indexSeq(v)
+		if !ok {
 			return ErrNotFound
 		}
-		f, err := tx.Frame(binary.BigEndian.Uint64(v))
+		if len(v) > 8 {
+			rec, err := decodeBindingRecord(preflightID, v[8:])
+			if err != nil {
+				return fmt.Errorf("%w: binding of frame %d: %v", ErrCorrupt, seq, err)
+			}
+			b = rec
+			return nil
+		}
+		a, f, err := tx.preflightFrame(seq)
 		if err != nil {
 			return err
-		}
-		var a preflightAttrs
-		if err := json.Unmarshal(f.Attrs, &a); err != nil {
-			return fmt.Errorf("%w: preflight frame %d: %v", ErrCorrupt, f.Seq, err)
 		}
 		b = preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
 			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps, Decision: a.Decision}
 		return nil
 	})
 	return b, err
+}
+
+// Decision returns the decision JSON of a preflight id exactly as it was
+// returned to the caller, read from its autonomy.preflight frame.
+func (db *DB) Decision(ctx context.Context, preflightID string) ([]byte, error) {
+	var d []byte
+	err := db.View(func(tx *Tx) error {
+		seq, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID)))
+		if !ok {
+			return ErrNotFound
+		}
+		a, _, err := tx.preflightFrame(seq)
+		d = a.Decision
+		return err
+	})
+	return d, err
+}
+
+// preflightFrame reads and decodes the autonomy.preflight frame at seq.
+func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
+	var a preflightAttrs
+	f, err := tx.Frame(seq)
+	if err != nil {
+		return a, f, err
+	}
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return a, f, fmt.Errorf("%w: preflight frame %d: %v", ErrCorrupt, f.Seq, err)
+	}
+	return a, f, nil
 }
 
 // SessionAttempts returns how many preflights the session has recorded.

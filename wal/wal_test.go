@@ -61,8 +61,14 @@ func TestRecordAndLookUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.AuditID != "au_pf_one" || got.ActorID != "user:example" || !got.ExpiresAt.Equal(b.ExpiresAt) ||
-		len(got.Steps) != 1 || got.Steps[0] != b.Steps[0] || string(got.Decision) != `{"outcome":"pass"}` {
+		len(got.Steps) != 1 || got.Steps[0] != b.Steps[0] || got.Decision != nil {
 		t.Fatalf("binding = %+v", got)
+	}
+	if d, err := db.Decision(ctx, "pf_one"); err != nil || string(d) != `{"outcome":"pass"}` {
+		t.Fatalf("decision = %s, %v", d, err)
+	}
+	if _, err := db.Decision(ctx, "pf_unknown"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
 	}
 	if _, err := db.Binding(ctx, "pf_unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)

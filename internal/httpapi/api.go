@@ -21,7 +21,9 @@ import (
 // Store is the durable state the API reads and writes.
 type Store interface {
 	RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (wal.Frame, error)
+	// Binding may leave Decision nil; Decision then reads it.
 	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
+	Decision(ctx context.Context, preflightID string) ([]byte, error)
 	SessionAttempts(ctx context.Context, key string) (int, error)
 	Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error)
 	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
@@ -319,7 +321,7 @@ func idempotencyKey(env *envelope.Envelope, req *preflight.Request) string {
 
 // replay answers with the recorded decision of an idempotency key.
 func (a *API) replay(w http.ResponseWriter, ctx context.Context, preflightID string) {
-	b, err := a.o.Store.Binding(ctx, preflightID)
+	d, err := a.o.Store.Decision(ctx, preflightID)
 	if err != nil {
 		a.unavailable(w, "read recorded decision", err)
 		return
@@ -327,7 +329,7 @@ func (a *API) replay(w http.ResponseWriter, ctx context.Context, preflightID str
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.Header().Set(headerIdempotentReplayed, "true")
 	w.WriteHeader(http.StatusOK)
-	w.Write(b.Decision)
+	w.Write(d)
 }
 
 func (a *API) unavailable(w http.ResponseWriter, op string, err error) {
@@ -381,6 +383,11 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, err := a.o.Store.Binding(r.Context(), id)
+	if err == nil && b.Decision == nil {
+		// The binding comes from the WAL's compact record; the decision
+		// bytes are in the frame.
+		b.Decision, err = a.o.Store.Decision(r.Context(), id)
+	}
 	if errors.Is(err, wal.ErrNotFound) || (err == nil && !all && b.Tenant != tenant) {
 		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No preflight decision has this id.", false)
 		return

@@ -1,0 +1,195 @@
+package wal
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// bindingRecordV1 is the version byte of the compact binding record that
+// follows the frame's seq in a preflights value (format in doc.go). A value
+// of exactly 8 bytes is the older form: the seq alone.
+const bindingRecordV1 = 1
+
+// Tags of a step's args digest in the compact record. The digest is almost
+// always "sha256:" and 64 lowercase hex digits, stored as its 32 raw bytes;
+// anything else is kept as its text, so every value reads back unchanged.
+const (
+	digestText   = 0
+	digestSHA256 = 1
+)
+
+const sha256Prefix = "sha256:"
+
+var errBindingRecord = errors.New("malformed binding record")
+
+// encodeBindingRecord is the preflights value of a binding whose
+// autonomy.preflight frame has seq: everything the gate reads, so a cache
+// miss neither reads nor inflates the frame.
+func encodeBindingRecord(seq uint64, b *preflight.Binding) []byte {
+	n := 8 + 1 + 4*binary.MaxVarintLen64 + len(b.AuditID) + len(b.Outcome) + len(b.ActorID) + len(b.Tenant) +
+		3*binary.MaxVarintLen64
+	for _, s := range b.Steps {
+		n += 3*binary.MaxVarintLen64 + 1 + len(s.ID) + len(s.Kind) + len(s.ArgsDigest)
+	}
+	v := make([]byte, 8, n)
+	binary.BigEndian.PutUint64(v, seq)
+	v = append(v, bindingRecordV1)
+	v = appendString(v, b.AuditID)
+	v = appendString(v, string(b.Outcome))
+	v = appendString(v, b.ActorID)
+	v = appendString(v, b.Tenant)
+	// The frame holds expires_at as RFC 3339 text in UTC, and the older
+	// form read it back from there: seconds and nanoseconds give the same
+	// instant without the year limits of UnixNano.
+	t := b.ExpiresAt.UTC()
+	v = binary.AppendVarint(v, t.Unix())
+	v = binary.AppendUvarint(v, uint64(t.Nanosecond()))
+	v = binary.AppendUvarint(v, uint64(len(b.Steps)))
+	for _, s := range b.Steps {
+		v = appendString(v, s.ID)
+		v = appendString(v, s.Kind)
+		v = appendDigest(v, s.ArgsDigest)
+	}
+	return v
+}
+
+func appendString(v []byte, s string) []byte {
+	v = binary.AppendUvarint(v, uint64(len(s)))
+	return append(v, s...)
+}
+
+func appendDigest(v []byte, d string) []byte {
+	if hx, ok := strings.CutPrefix(d, sha256Prefix); ok && len(hx) == 64 && isLowerHex(hx) {
+		if raw, err := hex.AppendDecode(append(v, digestSHA256), []byte(hx)); err == nil {
+			return raw
+		}
+	}
+	v = append(v, digestText)
+	return appendString(v, d)
+}
+
+// isLowerHex reports whether s is lowercase hex digits only, the form
+// hex.EncodeToString writes back, so the raw bytes restore the same text.
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// indexSeq is the seq a preflights value names, in either form.
+func indexSeq(v []byte) (uint64, bool) {
+	if len(v) < 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+// decodeBindingRecord reads a compact record (v without its 8-byte seq).
+// The returned binding has no Decision.
+func decodeBindingRecord(id string, v []byte) (preflight.Binding, error) {
+	r := recReader{b: v}
+	if r.byte() != bindingRecordV1 {
+		return preflight.Binding{}, errBindingRecord
+	}
+	b := preflight.Binding{PreflightID: id}
+	b.AuditID = r.string()
+	b.Outcome = preflight.Outcome(r.string())
+	b.ActorID = r.string()
+	b.Tenant = r.string()
+	sec := r.varint()
+	nsec := r.uvarint()
+	if nsec >= uint64(time.Second) {
+		r.bad = true
+	}
+	b.ExpiresAt = time.Unix(sec, int64(nsec)).UTC()
+	n := r.uvarint()
+	if n > uint64(len(r.b)) { // every step takes at least one byte
+		r.bad = true
+	}
+	if !r.bad {
+		b.Steps = make([]preflight.BoundStep, 0, n)
+		for i := uint64(0); i < n && !r.bad; i++ {
+			s := preflight.BoundStep{ID: r.string(), Kind: r.string()}
+			switch r.byte() {
+			case digestSHA256:
+				s.ArgsDigest = sha256Prefix + hex.EncodeToString(r.bytes(32))
+			case digestText:
+				s.ArgsDigest = r.string()
+			default:
+				r.bad = true
+			}
+			b.Steps = append(b.Steps, s)
+		}
+	}
+	if r.bad || len(r.b) != 0 {
+		return preflight.Binding{}, errBindingRecord
+	}
+	return b, nil
+}
+
+// recReader reads a compact record; the first short or malformed field
+// sets bad, after which every read returns zero values.
+type recReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *recReader) byte() byte {
+	if r.bad || len(r.b) < 1 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *recReader) uvarint() uint64 {
+	if r.bad {
+		return 0
+	}
+	x, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return x
+}
+
+func (r *recReader) varint() int64 {
+	if r.bad {
+		return 0
+	}
+	x, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return x
+}
+
+func (r *recReader) bytes(n uint64) []byte {
+	if r.bad || uint64(len(r.b)) < n {
+		r.bad = true
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+// string copies, since bbolt's bytes are valid only inside the transaction.
+func (r *recReader) string() string {
+	return string(r.bytes(r.uvarint()))
+}

@@ -1,0 +1,205 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// frameBinding is the binding as the frame states it: what Binding returned
+// before the compact record, the reference the record must reproduce.
+func frameBinding(t *testing.T, db *DB, id string) preflight.Binding {
+	t.Helper()
+	var b preflight.Binding
+	err := db.View(func(tx *Tx) error {
+		seq, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(id)))
+		if !ok {
+			return ErrNotFound
+		}
+		a, f, err := tx.preflightFrame(seq)
+		b = preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
+			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps, Decision: a.Decision}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// setIndex replaces the preflights value of id.
+func setIndex(t *testing.T, db *DB, id string, v []byte) {
+	t.Helper()
+	err := db.Update(context.Background(), func(tx *Tx) error {
+		return tx.btx.Bucket(bucketPreflights).Put([]byte(id), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBindingRecordMatchesFrame: the compact record gives back exactly the
+// binding the frame states, for every kind of field value, without the
+// decision, which Decision returns byte for byte.
+func TestBindingRecordMatchesFrame(t *testing.T) {
+	hexDigest := "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	cases := map[string]func(b *preflight.Binding){
+		"one step, raw digest": func(b *preflight.Binding) {
+			b.Steps = []preflight.BoundStep{{ID: "s1", Kind: "tool.echo", ArgsDigest: hexDigest}}
+		},
+		"tenant and three steps": func(b *preflight.Binding) {
+			b.Tenant = "acme"
+			b.Steps = []preflight.BoundStep{{ID: "a", Kind: "k1", ArgsDigest: hexDigest},
+				{ID: "b", Kind: "k2", ArgsDigest: "sha256:short"}, {ID: "c", Kind: "k3", ArgsDigest: ""}}
+		},
+		"upper-case hex kept as text": func(b *preflight.Binding) {
+			b.Steps = []preflight.BoundStep{{ID: "s1", Kind: "tool.echo",
+				ArgsDigest: "sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"}}
+		},
+		"no steps, failed outcome": func(b *preflight.Binding) {
+			b.Outcome = preflight.OutcomeDeny
+			b.Steps = []preflight.BoundStep{}
+		},
+		"nanoseconds and a zone": func(b *preflight.Binding) {
+			b.ExpiresAt = time.Date(2026, 6, 23, 16, 29, 0, 123456789, time.FixedZone("X", 2*3600))
+		},
+		"before 1970": func(b *preflight.Binding) {
+			b.ExpiresAt = time.Date(1960, 1, 2, 3, 4, 5, 6, time.UTC)
+		},
+		"non-ASCII strings": func(b *preflight.Binding) {
+			b.ActorID, b.Tenant = "user:zoë", "tenant\u2028x"
+		},
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			db := openTest(t, nil)
+			ctx := context.Background()
+			b := testBinding("pf_"+name, "tool.echo")
+			edit(&b)
+			record(t, db, b)
+			want := frameBinding(t, db, b.PreflightID)
+			got, err := db.Binding(ctx, b.PreflightID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Decision != nil {
+				t.Fatalf("compact binding carries a decision: %s", got.Decision)
+			}
+			d, err := db.Decision(ctx, b.PreflightID)
+			if err != nil || string(d) != string(want.Decision) || len(d) == 0 {
+				t.Fatalf("decision %s, %v; frame has %s", d, err, want.Decision)
+			}
+			got.Decision = want.Decision
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("record  %#v\nframe   %#v", got, want)
+			}
+		})
+	}
+}
+
+// TestBindingRecordSmall: a one-step binding's record stays small; it is
+// paid on disk by every preflight (the 2 KB goal of docs/PERFORMANCE.md).
+func TestBindingRecordSmall(t *testing.T) {
+	b := testBinding("pf_0123456789abcdef0123", "tool.echo")
+	b.AuditID = "au_0123456789abcdef0123"
+	b.Steps[0].ArgsDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	v := encodeBindingRecord(7, &b)
+	if len(v) > 128 {
+		t.Fatalf("record of %d bytes", len(v))
+	}
+	if seq, ok := indexSeq(v); !ok || seq != 7 {
+		t.Fatalf("seq %d %v", seq, ok)
+	}
+}
+
+// TestBindingOldIndexValue: a log written before the compact record holds
+// the seq alone; Binding then reads the frame, decision included.
+func TestBindingOldIndexValue(t *testing.T) {
+	db := openTest(t, nil)
+	ctx := context.Background()
+	b := testBinding("pf_old", "tool.echo", "tool.sleep")
+	f := record(t, db, b)
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], f.Seq)
+	setIndex(t, db, b.PreflightID, seq[:])
+	got, err := db.Binding(ctx, b.PreflightID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := frameBinding(t, db, b.PreflightID); !reflect.DeepEqual(got, want) || string(got.Decision) != `{"outcome":"pass"}` {
+		t.Fatalf("got %#v\nwant %#v", got, want)
+	}
+	if d, err := db.Decision(ctx, b.PreflightID); err != nil || string(d) != `{"outcome":"pass"}` {
+		t.Fatalf("decision %s, %v", d, err)
+	}
+	// Compaction still removes the old entry with its frame.
+	res, err := db.Compact(ctx, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Preflights != 1 {
+		t.Fatalf("compaction %+v", res)
+	}
+	if _, err := db.Binding(ctx, b.PreflightID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after compaction: %v", err)
+	}
+}
+
+// TestBindingRecordCorrupt: a damaged record is ErrCorrupt, never a binding
+// with missing fields; an index value too short for a seq is not found.
+func TestBindingRecordCorrupt(t *testing.T) {
+	b := testBinding("pf_bad", "tool.echo")
+	good := encodeBindingRecord(1, &b)
+	cases := map[string]struct {
+		v    []byte
+		want error
+	}{
+		"truncated":       {good[:len(good)-3], ErrCorrupt},
+		"trailing byte":   {append(append([]byte{}, good...), 0), ErrCorrupt},
+		"unknown version": {append(append([]byte{}, good[:8]...), append([]byte{9}, good[9:]...)...), ErrCorrupt},
+		"huge step count": {append(append([]byte{}, good[:len(good)-len(encodeSteps(&b))]...), 0xff, 0xff, 0x03), ErrCorrupt},
+		"short":           {good[:5], ErrNotFound},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			db := openTest(t, nil)
+			record(t, db, b)
+			setIndex(t, db, b.PreflightID, tc.v)
+			if _, err := db.Binding(context.Background(), b.PreflightID); !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// encodeSteps is the tail of b's record from the step count on.
+func encodeSteps(b *preflight.Binding) []byte {
+	full := encodeBindingRecord(1, b)
+	noSteps := *b
+	noSteps.Steps = nil
+	head := encodeBindingRecord(1, &noSteps)
+	return full[len(head)-1:]
+}
+
+// FuzzDecodeBindingRecord: no input makes the decoder panic, and whatever
+// it accepts encodes to a record that decodes to the same binding.
+func FuzzDecodeBindingRecord(f *testing.F) {
+	b := testBinding("pf_fuzz", "tool.echo", "tool.sleep")
+	b.Tenant = "t"
+	f.Add(encodeBindingRecord(1, &b)[8:])
+	f.Fuzz(func(t *testing.T, v []byte) {
+		got, err := decodeBindingRecord("pf_fuzz", v)
+		if err != nil {
+			return
+		}
+		again, err := decodeBindingRecord("pf_fuzz", encodeBindingRecord(0, &got)[8:])
+		if err != nil || !reflect.DeepEqual(again, got) {
+			t.Fatalf("%x decodes to %+v, which reads back as %+v, %v", v, got, again, err)
+		}
+	})
+}
