@@ -54,10 +54,11 @@
 // of encoding/binary. digest is 0x01 and 32 bytes for "sha256:" followed by
 // 64 lowercase hex digits (the form every args digest has), else 0x00 and
 // str(the digest). The record repeats what the frame states, so it is not
-// part of the hash chain: the frame stays the record of proof and Verify reads
-// only frames; the record is an index, written in the frame's transaction.
-// Like the seq before it, an edited record is not caught by Verify (the
-// file's permissions are what guard it).
+// part of the hash chain: the frame stays the record of proof, and the
+// record is an index written in the frame's transaction. Verify, once the
+// chain holds, compares every record with the frame it names (ids, outcome,
+// actor, tenant, expiry, steps) and reports the frame's seq when they
+// differ, so an edited record cannot pass for a verified log.
 // DB.Binding returns the binding from the record without its decision;
 // DB.Decision reads the decision from the frame. A value of exactly 8 bytes
 // (a log written before the record existed) is still read: Binding then

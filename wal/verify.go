@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // VerifyReport is the result of Verify.
@@ -20,8 +21,8 @@ type VerifyReport struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// OK reports whether the chain holds.
-func (r VerifyReport) OK() bool { return r.BadSeq == 0 }
+// OK reports whether the chain holds and every index record agrees with it.
+func (r VerifyReport) OK() bool { return r.BadSeq == 0 && r.Problem == "" }
 
 // Verify walks every frame in seq order and checks the hash chain: each
 // frame decodes, its seq follows the previous one, its prev_hash is the
@@ -79,8 +80,48 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		}
 		if head.Seq != prev.Seq || head.Hash != prev.Hash {
 			rep.BadSeq, rep.Problem = prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, prev.Seq)
+			return nil
 		}
-		return nil
+		return tx.verifyBindings(ctx, &rep)
 	})
 	return rep, err
+}
+
+// verifyBindings checks every compact binding record in the preflights
+// index against the hash-chained frame it names. The record is what the gate
+// reads, so an edited record (a later expiry, another kind) must not pass
+// for a log that verifies.
+func (tx *Tx) verifyBindings(ctx context.Context, rep *VerifyReport) error {
+	c := tx.btx.Bucket(bucketPreflights).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		seq, ok := indexSeq(v)
+		if !ok {
+			rep.Problem = fmt.Sprintf("preflights index entry %q is malformed", k)
+			return nil
+		}
+		if len(v) == 8 {
+			continue // written before compact records: Binding reads the frame itself
+		}
+		bad := func(problem string) error {
+			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("binding index of %s: %s", k, problem)
+			return nil
+		}
+		rec, err := decodeBindingRecord(string(k), v[8:])
+		if err != nil {
+			return bad(err.Error())
+		}
+		a, f, err := tx.preflightFrame(seq)
+		if err != nil {
+			return bad("its frame cannot be read: " + err.Error())
+		}
+		if f.Kind != KindPreflight || a.PreflightID != string(k) || f.AuditID != rec.AuditID ||
+			a.Outcome != rec.Outcome || a.ActorID != rec.ActorID || a.Tenant != rec.Tenant ||
+			!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.Equal(a.Steps, rec.Steps) {
+			return bad("differs from its autonomy.preflight frame")
+		}
+	}
+	return nil
 }
