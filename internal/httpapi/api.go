@@ -382,10 +382,10 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
+	// The binding (its tenant) and the decision bytes are read apart, as the
+	// WAL keeps them: a compact record for the gate, the frame for the bytes.
 	b, err := a.o.Store.Binding(r.Context(), id)
-	if err == nil && b.Decision == nil {
-		// The binding comes from the WAL's compact record; the decision
-		// bytes are in the frame.
+	if err == nil {
 		b.Decision, err = a.o.Store.Decision(r.Context(), id)
 	}
 	if errors.Is(err, wal.ErrNotFound) || (err == nil && !all && b.Tenant != tenant) {
