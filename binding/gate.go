@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -117,6 +118,9 @@ type Gate struct {
 type entry struct {
 	b     preflight.Binding
 	until time.Time
+
+	mu    sync.Mutex
+	spent []spentStep // per step; nil until a step is known consumed
 }
 
 // New returns a Gate.

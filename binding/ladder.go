@@ -56,17 +56,29 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = preflight.ReasonExpired
 		return
 	}
-	res, err := g.o.Store.Peek(ctx, g.consumeRequest(c, now))
+	r := g.consumeRequest(c, now)
+	if status, ok := c.bound.knownPlan(&r); ok {
+		c.contract = planContract(status)
+		return
+	}
+	res, err := g.o.Store.Peek(ctx, r)
 	if err != nil {
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
-	switch res.Status {
+	c.contract = planContract(res.Status)
+}
+
+// planContract is the ladder's reason for what a consume would do: none
+// when it would consume or repeat an allow.
+func planContract(s wal.ConsumeStatus) string {
+	switch s {
 	case wal.Mismatch:
-		c.contract = preflight.ReasonBindingMismatch
+		return preflight.ReasonBindingMismatch
 	case wal.Replay:
-		c.contract = preflight.ReasonReplay
+		return preflight.ReasonReplay
 	}
+	return ""
 }
 
 // lookup finds a binding in the cache, then in the store. A cache entry is
@@ -270,7 +282,11 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 		final = g.afterConsume(c, d, res)
 		return g.frame(c, &final, now)
 	}
-	if _, err := g.o.Store.Consume(ctx, r); err != nil {
+	res, err := g.o.Store.Consume(ctx, r)
+	if err == nil && (res.Status == wal.Consumed || res.Status == wal.Repeated) {
+		c.bound.markSpent(res.StepIndex, c.requestID)
+	}
+	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
 		// The consume and its decision frame failed together; record the
 		// refusal on its own, in case the log takes that write.

@@ -104,6 +104,13 @@
 // commit with whatever is waiting and costs no fsync of its own; the deny no
 // longer waits for one (measured in docs/PERFORMANCE.md).
 //
+// When the queue holds only such frames and no writer waits, the commit
+// loop holds the commit for up to Options.QueuedDelay (2 ms) to gather
+// more, so that a flood of denies shares a few commits instead of paying
+// two fdatasyncs per handful. A writer that waits ends the hold at once (it
+// never waits on the timer, and a lone one still pays exactly one commit),
+// and so do Flush and Close.
+//
 // Why this loses nothing that matters:
 //   - Nothing is decided from deny frames: the ladder reads bindings and
 //     consumed markers, never decision frames, so a missing deny frame can
@@ -113,8 +120,9 @@
 //     the frames queued before it, so whoever saw a deny and then reads the
 //     audit trail finds its frame.
 //   - A SIGKILL or power cut can lose only the deny frames queued since
-//     the last commit that completed: frames of answers that were denies and
-//     changed no state. The hash chain stays whole (a frame is in the chain
+//     the last commit that completed (at most QueuedDelay plus one commit's
+//     time of them): frames of answers that were denies and changed no
+//     state. The hash chain stays whole (a frame is in the chain
 //     only once committed), so Verify still proves the log.
 //   - A write failure can never produce an allow: allows still wait for
 //     their frame and become 503 when it fails. Enqueue refuses (and the

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -43,32 +44,36 @@ type FrameInput struct {
 // TimestampFormat is how frame timestamps are written.
 const TimestampFormat = time.RFC3339Nano
 
-// canonicalBytes returns the bytes the hash covers: the canonical JSON of the
-// frame without its hash. attrs must already be canonical.
-func (f *Frame) canonicalBytes() []byte {
-	var b bytes.Buffer
-	b.Grow(len(f.Attrs) + len(f.AuditID) + len(f.Kind) + len(f.PrevHash) + 96)
+// hashBuffers hold the canonical bytes of a frame while it is hashed, so
+// that hashing, which every append and every verified read does, allocates
+// no buffer of a frame's size.
+var hashBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// writeCanonical writes the bytes the hash covers to b: the canonical JSON
+// of the frame without its hash. attrs must already be canonical.
+func (f *Frame) writeCanonical(b *bytes.Buffer) {
+	// The member names, quotes and seq take under 128 bytes.
+	b.Grow(len(f.Attrs) + len(f.AuditID) + len(f.Kind) + len(f.PrevHash) + len(f.Timestamp) + 128)
 	b.WriteString(`{"attrs":`)
 	b.Write(f.Attrs)
 	b.WriteString(`,"audit_id":`)
-	writeJSONString(&b, f.AuditID)
+	writeJSONString(b, f.AuditID)
 	b.WriteString(`,"kind":`)
-	writeJSONString(&b, f.Kind)
+	writeJSONString(b, f.Kind)
 	b.WriteString(`,"prev_hash":`)
-	writeJSONString(&b, f.PrevHash)
+	writeJSONString(b, f.PrevHash)
 	b.WriteString(`,"seq":`)
-	b.WriteString(strconv.FormatUint(f.Seq, 10))
+	b.Write(strconv.AppendUint(b.AvailableBuffer(), f.Seq, 10))
 	b.WriteString(`,"timestamp":`)
-	writeJSONString(&b, f.Timestamp)
+	writeJSONString(b, f.Timestamp)
 	b.WriteByte('}')
-	return b.Bytes()
 }
 
 // encode returns the frame as stored: what encoding/json writes with HTML
 // escaping off (its members in Frame's field order, attrs byte for byte),
 // built by hand because this runs for every frame on the commit loop.
 func (f *Frame) encode() []byte {
-	b := make([]byte, 0, len(f.Attrs)+len(f.AuditID)+len(f.Kind)+len(f.Timestamp)+len(f.PrevHash)+len(f.Hash)+96)
+	b := make([]byte, 0, len(f.Attrs)+len(f.AuditID)+len(f.Kind)+len(f.Timestamp)+len(f.PrevHash)+len(f.Hash)+128)
 	return f.appendJSON(b, f.Attrs)
 }
 
@@ -125,11 +130,15 @@ func writeJSONString(b *bytes.Buffer, s string) {
 
 // computeHash returns the chain hash of f given its PrevHash.
 func (f *Frame) computeHash() string {
-	h := sha256.New()
-	h.Write([]byte(f.PrevHash))
-	h.Write(f.canonicalBytes())
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	b := hashBuffers.Get().(*bytes.Buffer)
+	b.Reset()
+	b.WriteString(f.PrevHash)
+	f.writeCanonical(b)
+	sum := sha256.Sum256(b.Bytes())
+	if b.Cap() <= 64<<10 { // a huge frame's buffer is not kept
+		hashBuffers.Put(b)
+	}
+	return hex.EncodeToString(sum[:])
 }
 
 // hashMatches reports whether f.Hash is right. Frames written before attrs

@@ -6,8 +6,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 // bigAttrs is attrs the size of a one-step preflight frame's.
@@ -142,16 +145,20 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestPreflightAttrsAsBefore: the preflight frame's attrs, built from
-// decoded values for speed, are byte for byte the canonical JSON of the
-// attrs as given (decision as JSON text, outcome as its named type).
+// TestPreflightAttrsAsBefore: the preflight frame's attrs, built with the
+// canonical decision written as it is, are byte for byte the canonical JSON
+// of the attrs as given (decision as JSON text, outcome as its named type),
+// and a decision that is not JSON is refused.
 func TestPreflightAttrsAsBefore(t *testing.T) {
 	b := testBinding("pf_attrs", "tool.echo", "refund.create.v2")
 	b.Tenant = "tenant-1"
+	bad := PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":`), Time: t0}
+	if _, err := bad.attrs(); err == nil {
+		t.Fatal("a decision that is not JSON was taken")
+	}
 	decisions := map[string]json.RawMessage{
-		"canonical":     json.RawMessage(`{"attempt":1,"eligibility":{"allowed":true},"outcome":"pass","reason":"a<b&c"}`),
-		"not canonical": json.RawMessage(`{ "outcome" : "pass", "attempt" : 1.0, "eligibility": {"allowed":true}, "x": "\u00e9" }`),
-		"none":          nil,
+		"canonical": json.RawMessage(`{"attempt":1,"eligibility":{"allowed":true},"outcome":"pass","reason":"a<b&c","x":"é"}`),
+		"none":      nil,
 	}
 	for name, decision := range decisions {
 		t.Run(name, func(t *testing.T) {
@@ -182,4 +189,29 @@ func TestPreflightAttrsAsBefore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkPackAttrs is the DEFLATE packing of a one-step preflight's attrs.
+func BenchmarkPackAttrs(b *testing.B) {
+	raw, err := os.ReadFile("../internal/httpapi/testdata/golden/echo_pass.json")
+	if err != nil {
+		b.Skip(err)
+	}
+	rec := PreflightRecord{Binding: testBinding("pf_bench", "tool.echo"), Decision: raw, Time: t0,
+		Attrs: map[string]any{"attempt": 1, "dry_run": false, "request_digest": "sha256:x"}}
+	m, err := rec.attrs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	attrs, err := canon.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var n int
+	for b.Loop() {
+		n = len(packAttrs(attrs))
+	}
+	b.ReportMetric(float64(len(attrs)), "attrs-bytes")
+	b.ReportMetric(float64(n), "packed-bytes")
 }

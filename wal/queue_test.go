@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 )
 
 func denyFrame(auditID string) FrameInput {
@@ -54,6 +56,63 @@ func TestEnqueueIsVisibleAfterFlushAndDurableAfterClose(t *testing.T) {
 	}
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK() || rep.Frames != queued+1 {
 		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// TestQueuedFramesHeldOnlyWithoutWaiters: a commit of queued frames alone
+// is held (QueuedDelay) to gather more, but a writer that waits is never
+// held: with an hour's delay its write still commits at once, queued
+// frames with it, and Close commits what is held. With the default delay
+// queued frames reach the disk without any Flush.
+func TestQueuedFramesHeldOnlyWithoutWaiters(t *testing.T) {
+	type commit struct{ writes int }
+	commits := make(chan commit, 16)
+	db := openTest(t, &Options{QueuedDelay: time.Hour,
+		OnCommit: func(writes int, _ time.Duration, err error) {
+			if err == nil {
+				commits <- commit{writes}
+			}
+		}})
+	ctx := context.Background()
+	for range 3 {
+		if err := db.Enqueue(denyFrame("au_held")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Would block for the hour if the waiting write were held.
+	if _, err := db.AppendDecision(ctx, denyFrame("au_waiter")); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < 4 {
+		got += (<-commits).writes
+	}
+	if got != 4 {
+		t.Fatalf("the waiting write's commit held %d writes, want the 3 queued and itself", got)
+	}
+	if err := db.Enqueue(denyFrame("au_close")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil { // would block for the hour if held
+		t.Fatal(err)
+	}
+	if c := <-commits; c.writes != 1 {
+		t.Fatalf("close committed %d writes, want the queued frame", c.writes)
+	}
+
+	quick := openTest(t, nil)
+	if err := quick.Enqueue(denyFrame("au_quick")); err != nil {
+		t.Fatal(err)
+	}
+	for quick.queued.Load() != 0 { // committed by the loop alone, no Flush
+		runtime.Gosched()
+	}
+	var n int
+	err := quick.View(func(tx *Tx) error {
+		return tx.btx.Bucket(bucketAudit).ForEach(func(k, _ []byte) error { n++; return nil })
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("audit index after the held commit: %d entries, %v", n, err)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 // preflight is decided.
 type PreflightRecord struct {
 	Binding preflight.Binding
-	// Decision is the decision JSON exactly as returned to the caller.
+	// Decision is the decision JSON exactly as returned to the caller, in
+	// canonical form (internal/canon): it is stored as it is.
 	Decision json.RawMessage
 	Time     time.Time
 	// Attrs are extra frame attributes (request digest, bundle revision, …).
@@ -96,17 +97,27 @@ func (rec *PreflightRecord) attrs() (map[string]any, error) {
 		steps[i] = map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
 	}
 	attrs["steps"] = steps
-	// The decision goes in decoded, so that the attrs are made only of
-	// plain JSON values and canon writes them in one pass; given as JSON
-	// text, the whole map would be encoded, parsed and written again (the
-	// costliest step of a preflight, measured in docs/PERFORMANCE.md).
+	// The decision is canonical JSON already (see Decision), so it goes in
+	// as it is: parsing it only to write the same bytes again was the
+	// costliest step of recording a preflight (docs/PERFORMANCE.md).
 	attrs["decision"] = nil
 	if len(rec.Decision) > 0 {
-		doc, err := canon.Parse(rec.Decision)
-		if err != nil {
-			return nil, fmt.Errorf("wal: preflight decision: %w", err)
+		if !json.Valid(rec.Decision) {
+			return nil, fmt.Errorf("wal: preflight decision is not JSON")
 		}
-		attrs["decision"] = doc
+		attrs["decision"] = canon.Canonical(rec.Decision)
+	}
+	// Raw JSON among the extra attrs (the stored request) is put in
+	// canonical form once here, so the map stays plain and canon writes it
+	// in one pass.
+	for k, v := range attrs {
+		if raw, ok := v.(json.RawMessage); ok {
+			b, err := canon.Marshal(raw)
+			if err != nil {
+				return nil, fmt.Errorf("wal: preflight attr %s: %w", k, err)
+			}
+			attrs[k] = canon.Canonical(b)
+		}
 	}
 	return attrs, nil
 }

@@ -34,6 +34,9 @@ type result struct {
 	P50Micros   float64 `json:"p50_us"`
 	P99Micros   float64 `json:"p99_us"`
 	RanOutOfIDs bool    `json:"ran_out_of_ids,omitempty"`
+	// CPUMicros is the CPU the measured process (the floor's or the
+	// service's) spent per call, user and system.
+	CPUMicros float64 `json:"cpu_us_per_call,omitempty"`
 }
 
 // call is one request; i numbers it within its scenario.

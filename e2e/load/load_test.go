@@ -42,7 +42,8 @@ func TestLoadRunsBriefly(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cfg, err := parseFlags([]string{"-bin", bin, "-duration", "150ms", "-conc", "1,4", "-fill", "3000",
-		"-cached", "500", "-frames", "300", "-max-ids", "2000", "-json", filepath.Join(dir, "report.json")})
+		"-cached", "500", "-frames", "300", "-max-ids", "2000", "-json", filepath.Join(dir, "report.json"),
+		"-service-env", "GOGC=150"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +115,8 @@ func TestFlags(t *testing.T) {
 		"conc word":     {[]string{"-conc", "many"}, false},
 		"duration zero": {[]string{"-duration", "0s"}, false},
 		"unknown flag":  {[]string{"-nope"}, false},
+		"service env":   {[]string{"-service-env", "GOGC=400, GOMEMLIMIT=120MiB"}, true},
+		"env not pair":  {[]string{"-service-env", "GOGC"}, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -123,4 +126,30 @@ func TestFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCPUTime reads this process's CPU time from /proc and sees it grow
+// while the test works.
+func TestCPUTime(t *testing.T) {
+	start, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for {
+		for i := range 1 << 20 {
+			sum += i
+		}
+		now, err := cpuTime(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now > start {
+			break
+		}
+	}
+	if _, err := cpuTime(-1); err == nil {
+		t.Fatal("cpu time of no process")
+	}
+	_ = sum
 }

@@ -56,6 +56,8 @@ type settings struct {
 	frames   int
 	maxIDs   int
 	jsonPath string
+	// serviceEnv is added to the service's environment (GOGC=400, say).
+	serviceEnv []string
 }
 
 // report is everything one run measured.
@@ -123,6 +125,7 @@ func parseFlags(args []string) (settings, error) {
 	fs.IntVar(&cfg.frames, "frames", 5000, "one-step preflights for the bytes-per-frame check (0 skips it)")
 	fs.IntVar(&cfg.maxIDs, "max-ids", 30000, "most fresh preflight ids made (untimed) for one consume run")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this file")
+	env := fs.String("service-env", "", "comma-separated NAME=VALUE pairs added to the service's environment (GOGC=400,GOMEMLIMIT=120MiB)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -132,6 +135,15 @@ func parseFlags(args []string) (settings, error) {
 			return cfg, fmt.Errorf("-conc %q: want positive integers", *conc)
 		}
 		cfg.conc = append(cfg.conc, n)
+	}
+	for _, kv := range strings.Split(*env, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			return cfg, fmt.Errorf("-service-env %q: want NAME=VALUE pairs", *env)
+		}
+		cfg.serviceEnv = append(cfg.serviceEnv, kv)
 	}
 	if cfg.duration <= 0 {
 		return cfg, errors.New("-duration must be positive")
@@ -155,6 +167,9 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 	rep := &report{Machine: fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d)", runtime.GOOS, runtime.GOARCH,
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))}
 	fmt.Fprintf(out, "machine: %s; %s per scenario; concurrency %v\n", rep.Machine, cfg.duration, cfg.conc)
+	if len(cfg.serviceEnv) > 0 {
+		fmt.Fprintf(out, "service environment: %s\n", strings.Join(cfg.serviceEnv, " "))
+	}
 
 	floors, faddrs, err := startFloors()
 	if err != nil {
@@ -176,16 +191,20 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 	}
 	floorHTTP := "http://" + faddrs.HTTP
 	for _, conc := range cfg.conc {
-		r := drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
-			return check(ctx, floorAC, cl.checkRequest("tool.echo", "pf_floorfloorfloorfloor"), codes.OK, "")
+		r := withCPU(floors.pid(), func() result {
+			return drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
+				return check(ctx, floorAC, cl.checkRequest("tool.echo", "pf_floorfloorfloorfloor"), codes.OK, "")
+			})
 		})
 		rep.add(out, targetFloor, scFloorCheck, r)
-		r = drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
-			_, err := cl.preflight(ctx, floorHTTP)
-			if err != nil && strings.Contains(err.Error(), "want pass") {
-				err = nil
-			}
-			return err
+		r = withCPU(floors.pid(), func() result {
+			return drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
+				_, err := cl.preflight(ctx, floorHTTP)
+				if err != nil && strings.Contains(err.Error(), "want pass") {
+					err = nil
+				}
+				return err
+			})
 		})
 		rep.add(out, targetFloor, scFloorHTTP, r)
 		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
@@ -248,7 +267,7 @@ func newService(ctx context.Context, cfg settings, cl *client, dir string, warm 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	p, addrs, err := startService(cfg.bin, dir)
+	p, addrs, err := startService(cfg.bin, dir, cfg.serviceEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -284,12 +303,15 @@ func (s *service) close() error {
 // scenarios runs the four service scenarios at conc. floorRate bounds how
 // many fresh ids the consume run can use.
 func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64) error {
-	r := drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-		id, err := s.cl.preflight(ctx, s.base)
-		if err == nil {
-			s.pool.add(id)
-		}
-		return err
+	pid := s.proc.pid()
+	r := withCPU(pid, func() result {
+		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+			id, err := s.cl.preflight(ctx, s.base)
+			if err == nil {
+				s.pool.add(id)
+			}
+			return err
+		})
 	})
 	rep.add(out, target, scPreflight, r)
 
@@ -299,18 +321,24 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 		return err
 	}
 	fresh := s.pool.take()
-	r = drive(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
-		return check(ctx, s.ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
+	r = withCPU(pid, func() result {
+		return drive(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
+			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
+		})
 	})
 	rep.add(out, target, scConsume, r)
 
-	r = drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-		return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, reasonReplay)
+	r = withCPU(pid, func() result {
+		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, reasonReplay)
+		})
 	})
 	rep.add(out, target, scReplay, r)
 
-	r = drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-		return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, reasonRequired)
+	r = withCPU(pid, func() result {
+		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+			return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, reasonRequired)
+		})
 	})
 	rep.add(out, target, scNoHeader, r)
 	return nil
@@ -467,8 +495,12 @@ func (rep *report) add(out io.Writer, target, scenario string, r result) {
 	if r.RanOutOfIDs {
 		note += "  (ran out of fresh ids)"
 	}
-	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s\n",
-		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, note)
+	cpu := ""
+	if r.CPUMicros > 0 {
+		cpu = fmt.Sprintf("  cpu %5.0f µs/call", r.CPUMicros)
+	}
+	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s%s\n",
+		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, cpu, note)
 }
 
 func (rep *report) find(target, scenario string, conc int) result {

@@ -169,7 +169,7 @@ type serviceAddrs struct {
 // startService runs `autonomy serve` in enforce mode on dataDir, logging (at
 // the default level, info: one line per decision) to a file beside it, and
 // waits for its "listening" line.
-func startService(bin, dataDir string) (*proc, serviceAddrs, error) {
+func startService(bin, dataDir string, env []string) (*proc, serviceAddrs, error) {
 	var addrs serviceAddrs
 	cfg := filepath.Join(dataDir, "autonomy.yaml")
 	if err := os.WriteFile(cfg, []byte("contract_refine:\n  mode: enforce\n"), 0o600); err != nil {
@@ -184,6 +184,7 @@ func startService(bin, dataDir string) (*proc, serviceAddrs, error) {
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--http-addr", "127.0.0.1:0",
 		"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir, "--mode", "enforce")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		return nil, addrs, fmt.Errorf("load: start %s: %w", bin, err)
 	}
@@ -271,4 +272,41 @@ func buildService(dir string) (string, error) {
 		return "", fmt.Errorf("load: go build cmd/autonomy: %v\n%s", err, b)
 	}
 	return out, nil
+}
+
+// cpuTime is the CPU time (user and system) pid has used so far, from
+// /proc/<pid>/stat, in clock ticks of 10 ms (Linux's USER_HZ).
+func cpuTime(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields count from after it.
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("load: /proc/%d/stat: %q", pid, raw)
+	}
+	var ticks int64
+	for _, field := range f[11:13] { // utime and stime, fields 14 and 15
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// withCPU runs one scenario against the process pid and adds to its result
+// the CPU that process spent per call: a figure the machine's other load
+// does not move the way it moves throughput.
+func withCPU(pid int, run func() result) result {
+	before, errBefore := cpuTime(pid)
+	r := run()
+	after, errAfter := cpuTime(pid)
+	if errBefore == nil && errAfter == nil && r.Calls > 0 {
+		r.CPUMicros = float64(after-before) / float64(time.Microsecond) / float64(r.Calls)
+	}
+	return r
 }

@@ -89,11 +89,17 @@ func DigestBytes(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// Canonical is JSON text already in canonical form (what Marshal wrote): it
+// is written as it is, not parsed and written again. The caller vouches for
+// the form; the WAL uses it to embed a preflight decision, canonical since
+// it was made, in its frame's attrs.
+type Canonical []byte
+
 // isPlain reports whether v is made only of the generic JSON values, so it
 // can be written without a round trip through encoding/json.
 func isPlain(v any) bool {
 	switch t := v.(type) {
-	case nil, bool, string, json.Number, float64, int, int64:
+	case nil, bool, string, json.Number, float64, int, int64, Canonical:
 		return true
 	case map[string]any:
 		for _, e := range t {
@@ -117,6 +123,8 @@ func write(buf *bytes.Buffer, v any) error {
 	switch t := v.(type) {
 	case nil:
 		buf.WriteString("null")
+	case Canonical:
+		buf.Write(t)
 	case bool:
 		if t {
 			buf.WriteString("true")

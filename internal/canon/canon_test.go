@@ -122,3 +122,17 @@ func TestWriteString(t *testing.T) {
 		t.Fatal("WriteValue took a struct")
 	}
 }
+
+// TestCanonicalWrittenAsIs: text marked Canonical is written byte for byte,
+// inside maps and arrays, without being parsed.
+func TestCanonicalWrittenAsIs(t *testing.T) {
+	inner := Canonical(`{"a":[1,"é"],"b":null}`)
+	got, err := Marshal(map[string]any{"z": 1, "d": inner, "l": []any{inner}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"d":{"a":[1,"é"],"b":null},"l":[{"a":[1,"é"],"b":null}],"z":1}`
+	if string(got) != want {
+		t.Fatalf("got %s\nwant %s", got, want)
+	}
+}

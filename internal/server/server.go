@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,7 +164,13 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		Observer:          s.obs.metrics,
 	})
 	s.health = health.NewServer()
-	s.grpc = grpc.NewServer(append(s.sec.grpcOptions(), s.obs.grpcOptions()...)...)
+	opts := append(s.sec.grpcOptions(), s.obs.grpcOptions()...)
+	// Long-lived stream workers keep the stacks they have grown, so a Check
+	// does not pay for growing a fresh goroutine's stack through the gate,
+	// the policy and the log handler (8 % of a deny's CPU in a profile of
+	// the load command). grpc still starts a goroutine when all are busy.
+	opts = append(opts, grpc.NumStreamWorkers(uint32(streamWorkers())))
+	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.ready.Store(true)
@@ -402,3 +409,7 @@ func (s *Server) compactOnce(ctx context.Context) {
 			"sessions_removed", rep.Sessions, "idempotency_keys_removed", rep.IdempotencyKeys)
 	}
 }
+
+// streamWorkers is how many gRPC stream workers the server keeps: enough
+// that callers waiting on a commit do not leave the CPUs idle.
+func streamWorkers() int { return 16 * runtime.GOMAXPROCS(0) }

@@ -1,0 +1,54 @@
+package binding
+
+import "github.com/contractrefine/autonomy/wal"
+
+// spentStep is what this process knows of one step's consumed marker.
+type spentStep struct {
+	known     bool   // the marker is durable: this process wrote or read it
+	requestID string // the x-request-id that consumed the step
+}
+
+// markSpent records that step i of e is consumed by requestID. It is called
+// only after the store's commit of the marker returned, so the entry never
+// knows a step as consumed before the disk does. Markers are never taken
+// back while a binding can still be used (compaction removes them only
+// after the binding expired), so what an entry knows stays true.
+func (e *entry) markSpent(i int, requestID string) {
+	if i < 0 || i >= len(e.b.Steps) {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.spent == nil {
+		e.spent = make([]spentStep, len(e.b.Steps))
+	}
+	e.spent[i] = spentStep{known: true, requestID: requestID}
+}
+
+// knownPlan answers what wal.Tx.plan would answer for r from the entry
+// alone, when that answer is a deny it can be sure of: Mismatch (no step of
+// the kind has the args, a property of the binding) or Replay (every
+// matching step is known consumed, by other request ids). Otherwise ok is
+// false and the store is asked: a step not known consumed may be free, and
+// a repeated request id is answered by the store's record.
+func (e *entry) knownPlan(r *wal.ConsumeRequest) (status wal.ConsumeStatus, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	matched := false
+	for i, s := range e.b.Steps {
+		if s.Kind != r.Kind || (r.ArgsDigest != "" && s.ArgsDigest != r.ArgsDigest) {
+			continue
+		}
+		matched = true
+		if e.spent == nil || !e.spent[i].known {
+			return 0, false
+		}
+		if r.RequestID != "" && e.spent[i].requestID == r.RequestID {
+			return 0, false
+		}
+	}
+	if !matched {
+		return wal.Mismatch, true
+	}
+	return wal.Replay, true
+}
