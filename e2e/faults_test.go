@@ -265,11 +265,13 @@ func TestFaultWALFileRemoved(t *testing.T) {
 }
 
 // TestFaultWALTruncated truncates wal.db under the running server. bbolt
-// reads the file through mmap, so the next read of a page past the new end
-// kills the process (SIGBUS): a crash is a deny for Envoy
-// (failure_mode_allow: false). Nothing may be allowed before it dies, and a
-// restart on the damaged file either refuses to start, naming the damage,
-// or starts and still allows none of the old ids.
+// reads the file through mmap, so a read of a page past the new end faults;
+// the WAL turns that into ErrCorrupt and answers 503 from then on (and had
+// the process died instead, a crash is a deny for Envoy,
+// failure_mode_allow: false). Nothing may be allowed twice, `wal verify`
+// must name the damage rather than crash, and a restart on the damaged
+// file either refuses to start, naming the damage, or starts and still
+// allows none of the old ids.
 func TestFaultWALTruncated(t *testing.T) {
 	tests := map[string]struct{ size func(int64) int64 }{
 		"to zero":   {size: func(int64) int64 { return 0 }},

@@ -191,10 +191,9 @@ func TestVerifyNamesStructuralDamage(t *testing.T) {
 }
 
 // TestTruncatedFileIsAnErrorNotACrash cuts a closed log at every page from
-// its end down to nothing. Opening it, verifying it and reading from it
-// may fail, naming the damage, but never crash the process: bbolt reads
-// through a memory map, and a page past the file's end faults, which
-// openBolt and viewRecovering turn into ErrCorrupt.
+// its end down to nothing. Opening, verifying, reading and writing each
+// cut may fail, naming the damage, but never crash or hang the process:
+// bbolt's panics and faults on a damaged file become ErrCorrupt (open.go).
 func TestTruncatedFileIsAnErrorNotACrash(t *testing.T) {
 	dir := t.TempDir()
 	db, err := Open(dir, nil)
@@ -226,7 +225,9 @@ func TestTruncatedFileIsAnErrorNotACrash(t *testing.T) {
 		}
 		rep, verr := db.Verify(context.Background())
 		_, berr := db.Binding(context.Background(), "pf_trunc0000")
-		if verr != nil || !rep.OK() || berr != nil {
+		_, werr := db.RecordPreflight(context.Background(), PreflightRecord{Binding: testBinding("pf_after", "tool.echo"),
+			Decision: json.RawMessage(`{"outcome":"pass"}`), Time: t0})
+		if verr != nil || !rep.OK() || berr != nil || werr != nil {
 			failed++
 		}
 		db.Close()

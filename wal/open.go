@@ -7,12 +7,23 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// openBolt opens the bbolt file. bbolt panics on some damaged files (one
-// truncated under a running server loses its freelist page), or faults
-// reading through its memory map past the file's new end; both become
-// ErrCorrupt (debug.SetPanicOnFault turns the fault into a panic, as it is
-// meant to for memory-mapped files), so a damaged log stops `serve` and
-// `wal verify` with an error naming the file instead of a crash dump.
+// Damaged files. bbolt reads the file through a memory map and trusts what
+// it finds: on a damaged file (one truncated or overwritten under a
+// running server) it panics on a failed assertion, or faults reading a
+// page past the file's new end. Both are turned into ErrCorrupt here, so
+// the service fails closed (503) and `wal verify` names the damage instead
+// of the process ending in a crash dump. debug.SetPanicOnFault turns the
+// fault into a panic, as it is meant to for memory-mapped files.
+//
+// A panic can leave bbolt's own locks held (one raised while a transaction
+// begins is never unwound), so after the first one the DB is poisoned:
+// every later read and write fails at once with ErrCorrupt, and Close
+// leaves the bbolt handle alone rather than wait on a lock forever. The
+// file was damaged; the process goes on answering, every answer that needs
+// the log a 503, until it is restarted on a good file.
+
+// openBolt opens the bbolt file. A panic or fault during the open is
+// ErrCorrupt; the half-open handle is left alone (see above).
 func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -23,18 +34,30 @@ func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
 	return bolt.Open(path, 0o600, o)
 }
 
-// viewRecovering runs fn in a read transaction. bbolt panics when a page it
-// reads is damaged (a file truncated or overwritten under it); that panic
-// becomes ErrCorrupt, so readers fail closed and `wal verify` reports the
-// damage instead of crashing. bbolt rolls the transaction back itself. A
-// fault on a page past the end of a truncated file is a panic here too
-// (see openBolt).
-func viewRecovering(b *bolt.DB, path string, fn func(*Tx) error) (err error) {
+// guarded runs fn, which uses bbolt, turning a panic or fault into
+// ErrCorrupt and poisoning the DB; once poisoned it does not run fn.
+func (db *DB) guarded(op string, fn func() error) (err error) {
+	if db.poisoned.Load() {
+		return fmt.Errorf("%w: %s: an earlier access found the file damaged", ErrCorrupt, db.path)
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: reading %s: %v", ErrCorrupt, path, p)
+			db.poisoned.Store(true)
+			err = fmt.Errorf("%w: %s %s: %v", ErrCorrupt, op, db.path, p)
 		}
 	}()
-	return b.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+	return fn()
+}
+
+// view runs fn in a bbolt read transaction, guarded.
+func (db *DB) view(fn func(*Tx) error) error {
+	return db.guarded("reading", func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
+	})
+}
+
+// update runs fn in a bbolt write transaction, guarded.
+func (db *DB) update(fn func(*bolt.Tx) error) error {
+	return db.guarded("writing", func() error { return db.bolt.Update(fn) })
 }

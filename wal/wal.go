@@ -96,6 +96,8 @@ type DB struct {
 	// queued counts writes queued by Enqueue and not yet committed or
 	// failed; Flush waits only when it is non-zero.
 	queued atomic.Int64
+	// poisoned is set once bbolt panicked or faulted on the file (open.go).
+	poisoned atomic.Bool
 	// lastErr is the error of the most recent commit, nil after a commit
 	// that succeeded. Enqueue refuses while it is set.
 	lastErr atomic.Pointer[error]
@@ -153,7 +155,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
 		queue: make(chan *write, 4096), stop: make(chan struct{}), done: make(chan struct{})}
-	err = bdb.Update(func(tx *bolt.Tx) error {
+	err = db.update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -168,7 +170,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil
 	})
 	if err != nil {
-		bdb.Close()
+		if !db.poisoned.Load() {
+			bdb.Close()
+		}
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db.ino, _ = statID(path)
@@ -191,6 +195,9 @@ func (db *DB) Close() error {
 	db.mu.Unlock()
 	close(db.stop)
 	<-db.done
+	if db.poisoned.Load() {
+		return fmt.Errorf("%w: %s: closed without releasing the damaged file", ErrCorrupt, db.path)
+	}
 	return db.bolt.Close()
 }
 
@@ -226,7 +233,7 @@ func (db *DB) View(fn func(*Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
-	return viewRecovering(db.bolt, db.path, fn)
+	return db.view(fn)
 }
 
 func (db *DB) loop() {
@@ -318,7 +325,7 @@ func (db *DB) commit(batch []*write) {
 		// lost, and skipping them keeps it as it was should it come back.
 		err := db.checkFile()
 		if err == nil {
-			err = db.bolt.Update(func(btx *bolt.Tx) error {
+			err = db.update(func(btx *bolt.Tx) error {
 				// Frames are keyed by a growing seq, so pages are filled to the
 				// brim instead of being split in half (bbolt's default suits
 				// random inserts and would leave the log half empty).
