@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/bundle"
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -45,7 +44,7 @@ func newTemplate(ctx context.Context, now time.Time, window time.Duration) (*tem
 		return nil, fmt.Errorf("load: template preflight is %s (%s)", d.Outcome, d.Reason)
 	}
 	d.PreflightID, d.AuditID = ids.Preflight(), ids.Audit()
-	out, err := canon.Marshal(d)
+	out, err := d.CanonicalJSON()
 	if err != nil {
 		return nil, err
 	}

@@ -253,7 +253,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	if !dryRun {
 		d.PreflightID, d.AuditID = a.o.NewPreflightID(), a.o.NewAuditID()
 	}
-	out, err := canon.Marshal(d)
+	out, err := d.CanonicalJSON()
 	if err != nil {
 		a.unavailable(w, "encode decision", err)
 		return
