@@ -74,7 +74,7 @@ func TestLoadRunsBriefly(t *testing.T) {
 	if len(rep.Runs) != 10*len(cfg.conc) {
 		t.Errorf("%d runs, want %d", len(rep.Runs), 10*len(cfg.conc))
 	}
-	if m := rep.Memory; m.RSS <= 0 || m.Peak < m.RSS || m.Anon <= 0 || m.Anon+m.File > m.RSS {
+	if m := rep.Memory; m.RSS <= 0 || m.Peak < m.RSS || m.Anon <= 0 || m.Anon+m.File > m.RSS || m.WAL <= 0 || m.WAL > m.File {
 		t.Errorf("memory %+v", m)
 	}
 	if rep.FillFrames != 3000 || rep.Cached != 500 || rep.CachedMemory.RSS <= 0 || rep.CachedBefore.RSS <= 0 {

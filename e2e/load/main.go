@@ -562,7 +562,8 @@ func (rep *report) judge(cfg settings) {
 		got := mb(rep.CachedMemory.RSS)
 		rep.Goals = append(rep.Goals, goal{Name: fmt.Sprintf("RSS MB with %d bindings cached", rep.Cached),
 			Got: got, Want: "<= 150", Met: got <= 150,
-			Notes: fmt.Sprintf("anonymous %.1f MB, mapped file %.1f MB", mb(rep.CachedMemory.Anon), mb(rep.CachedMemory.File))})
+			Notes: fmt.Sprintf("anonymous %.1f MB, mapped files %.1f MB of which the WAL %.1f MB",
+				mb(rep.CachedMemory.Anon), mb(rep.CachedMemory.File), mb(rep.CachedMemory.WAL))})
 	}
 	if cfg.frames > 0 {
 		rep.Goals = append(rep.Goals, goal{Name: "bytes on disk per one-step preflight (pages in use)",
@@ -587,6 +588,6 @@ func (rep *report) print(out io.Writer) {
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
 func (m memory) String() string {
-	return fmt.Sprintf("RSS %.1f MB (anonymous %.1f MB, mapped file %.1f MB; peak %.1f MB)",
-		mb(m.RSS), mb(m.Anon), mb(m.File), mb(m.Peak))
+	return fmt.Sprintf("RSS %.1f MB (anonymous %.1f MB, mapped files %.1f MB of which the WAL %.1f MB; peak %.1f MB)",
+		mb(m.RSS), mb(m.Anon), mb(m.File), mb(m.WAL), mb(m.Peak))
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/contractrefine/autonomy/wal"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -231,7 +232,10 @@ type memory struct {
 	RSS  int64 `json:"rss_bytes"`      // VmRSS
 	Peak int64 `json:"rss_peak_bytes"` // VmHWM
 	Anon int64 `json:"rss_anon_bytes"` // RssAnon: the heap and stacks
-	File int64 `json:"rss_file_bytes"` // RssFile: mapped files, the bbolt file above all
+	File int64 `json:"rss_file_bytes"` // RssFile: mapped files: the executable's code and the WAL
+	// WAL is the resident part of the mapping of wal.db (from
+	// /proc/<pid>/smaps): the log's pages bbolt has read through its map.
+	WAL int64 `json:"rss_wal_bytes"`
 }
 
 // rss reads pid's resident memory.
@@ -261,7 +265,34 @@ func rss(pid int) (memory, error) {
 	if m.RSS == 0 {
 		return m, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
 	}
-	return m, nil
+	m.WAL, err = mappedRSS(pid, "/"+wal.FileName)
+	return m, err
+}
+
+// mappedRSS sums the resident size of pid's mappings of files whose path
+// ends in suffix, from /proc/<pid>/smaps.
+func mappedRSS(pid int, suffix string) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			// A mapping's header: address range, perms, offset, dev, inode[, path].
+			in = len(f) >= 6 && strings.HasSuffix(f[len(f)-1], suffix)
+		case in && len(f) == 3 && f[0] == "Rss:" && f[2] == "kB":
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("load: /proc/%d/smaps: %q", pid, line)
+			}
+			total += kb << 10
+		}
+	}
+	return total, nil
 }
 
 // buildService builds ./cmd/autonomy of the module the command runs in.
