@@ -83,7 +83,9 @@ func planContract(s wal.ConsumeStatus) string {
 
 // lookup finds a binding in the cache, then in the store. A cache entry is
 // served until min(TTL ceiling, the binding's expiry); evicting it changes
-// no answer, since consumption is always checked in the store. On a cache
+// no answer: consumption is checked in the store unless the entry knows
+// the step spent, which it learns only from a durable consume (spent.go),
+// and a rebuilt entry knows nothing and asks the store again. On a cache
 // miss of a binding recorded before the WAL's compact binding record it also
 // returns the decision JSON it read, which the entry does not keep; for
 // newer bindings the store reads no decision until the policy needs it.
