@@ -20,6 +20,11 @@
 //	retired      key: session key                    value: how many of the session's preflight
 //	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
 //
+// Preflight and audit ids begin with their creation time in characters that
+// sort as the time does (internal/ids), so the audit, preflights and
+// consumed indexes grow at their end like the frames bucket; the commit
+// loop fills their pages to 90 % (frames: 100 %) instead of bbolt's 50 %.
+//
 // A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.
 // seq starts at 1 and grows by one with every frame. timestamp is RFC 3339
 // with nanoseconds, UTC. attrs is canonical JSON (package internal/canon).
