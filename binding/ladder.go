@@ -1,12 +1,10 @@
 package binding
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -146,18 +144,13 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 // the optional ones only when frameAttrsMap has them.
 func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	outcome, reason, enforced := d.Recorded()
-	var buf bytes.Buffer
-	buf.Grow(320 + len(reason) + len(c.identity) + len(c.requestID))
-	var err error
-	first := true
+	var w canon.Writer
+	w.Grow(320 + len(reason) + len(c.identity) + len(c.requestID))
 	str := func(name, v string) {
-		if err != nil {
-			return
-		}
-		member(&buf, &first, name)
-		err = canon.WriteString(&buf, v)
+		w.Name(name)
+		w.String(v)
 	}
-	buf.WriteByte('{')
+	w.Open()
 	if c.identity != "" {
 		str("actor", c.identity)
 	}
@@ -165,9 +158,9 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 		str("advisory_reason", d.AdvisoryReason)
 	}
 	if c.gated && c.argsMap != nil {
-		if g.o.StoreRawRequests && err == nil {
-			member(&buf, &first, "args")
-			err = canon.WriteValue(&buf, c.argsMap)
+		if g.o.StoreRawRequests {
+			w.Name("args")
+			w.Value(c.argsMap)
 		}
 		if digest, derr := c.argsDigest(); derr == nil {
 			str("args_digest", digest)
@@ -176,8 +169,8 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	if c.policy != nil { // the revision that decided (see frameAttrsMap)
 		str("bundle_revision", c.policy.Revision())
 	}
-	member(&buf, &first, "enforced")
-	buf.WriteString(strconv.FormatBool(enforced))
+	w.Name("enforced")
+	w.Bool(enforced)
 	str("method", c.req.Method)
 	str("mode", string(g.o.Mode))
 	str("outcome", outcome)
@@ -187,29 +180,14 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	}
 	str("reason", reason)
 	str("request_id", c.requestID)
-	member(&buf, &first, "status")
-	buf.WriteString(strconv.Itoa(d.Status)) // an HTTP status: an integer well inside float64's exact range
+	w.Name("status")
+	w.Value(d.Status) // an HTTP status: an integer well inside float64's exact range
 	if d.StepID != "" {
 		str("step_id", d.StepID)
 	}
 	str("tool_kind", c.kind)
-	if err != nil {
-		return nil, err
-	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
-}
-
-// member writes the separator and the name of the next member; names are
-// plain ASCII that needs no escaping.
-func member(buf *bytes.Buffer, first *bool, name string) {
-	if !*first {
-		buf.WriteByte(',')
-	}
-	*first = false
-	buf.WriteByte('"')
-	buf.WriteString(name)
-	buf.WriteString(`":`)
+	w.Close()
+	return w.Bytes()
 }
 
 // frameAttrsMap is the decision attrs as a map, for canon.Marshal.

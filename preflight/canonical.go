@@ -1,11 +1,6 @@
 package preflight
 
-import (
-	"bytes"
-	"strconv"
-
-	"github.com/contractrefine/autonomy/internal/canon"
-)
+import "github.com/contractrefine/autonomy/internal/canon"
 
 // CanonicalJSON returns the decision in canonical JSON (RFC 8785), the bytes
 // canon.Marshal(d) returns, written in one pass from the decision's fixed
@@ -17,165 +12,79 @@ import (
 // sends the whole decision through canon.Marshal, so the bytes are the
 // same either way (TestCanonicalJSONAsMarshal, FuzzCanonicalJSON).
 func (d *Decision) CanonicalJSON() ([]byte, error) {
-	w := canonWriter{}
-	w.buf.Grow(2048)
-	w.decision(d)
-	if w.err != nil {
-		return canon.Marshal(d)
+	var w canon.Writer
+	w.Grow(2048)
+	writeDecision(&w, d)
+	if b, err := w.Bytes(); err == nil {
+		return b, nil
 	}
-	return w.buf.Bytes(), nil
+	return canon.Marshal(d)
 }
 
-// canonWriter writes canonical JSON by hand; the first error stops it.
-type canonWriter struct {
-	buf   bytes.Buffer
-	err   error
-	first bool
+func writeDecision(w *canon.Writer, d *Decision) {
+	w.Open()
+	w.Name("attempt")
+	w.Value(d.Attempt)
+	w.Name("audit_id")
+	w.String(d.AuditID)
+	w.Name("clause_results")
+	canon.Array(w, d.ClauseResults, func(r *Result) { writeResult(w, r) })
+	w.Name("contract_results")
+	canon.Array(w, d.ContractResults, func(r *Result) { writeResult(w, r) })
+	w.Name("decided_at")
+	w.String(d.DecidedAt)
+	w.Name("eligibility")
+	writeEligibility(w, &d.Eligibility)
+	w.Name("outcome")
+	w.String(string(d.Outcome))
+	w.Name("preflight_id")
+	w.String(d.PreflightID)
+	w.Name("reason")
+	w.String(d.Reason)
+	w.Close()
 }
 
-func (w *canonWriter) open() { w.buf.WriteByte('{'); w.first = true }
-
-func (w *canonWriter) close() { w.buf.WriteByte('}'); w.first = false }
-
-// name writes a member name; every name here is plain ASCII.
-func (w *canonWriter) name(n string) {
-	if !w.first {
-		w.buf.WriteByte(',')
-	}
-	w.first = false
-	w.buf.WriteByte('"')
-	w.buf.WriteString(n)
-	w.buf.WriteString(`":`)
-}
-
-func (w *canonWriter) str(s string) {
-	if w.err == nil {
-		w.err = canon.WriteString(&w.buf, s)
-	}
-}
-
-func (w *canonWriter) boolean(b bool) { w.buf.WriteString(strconv.FormatBool(b)) }
-
-// value writes an arbitrary JSON value: directly when it is made of the
-// generic JSON values, through canon.Marshal otherwise.
-func (w *canonWriter) value(v any) {
-	if w.err != nil {
-		return
-	}
-	mark := w.buf.Len()
-	if err := canon.WriteValue(&w.buf, v); err == nil {
-		return
-	}
-	w.buf.Truncate(mark) // a string deep inside may have failed half-way
-	b, err := canon.Marshal(v)
-	if err != nil {
-		w.err = err
-		return
-	}
-	w.buf.Write(b)
-}
-
-func (w *canonWriter) decision(d *Decision) {
-	w.open()
-	w.name("attempt")
-	w.value(d.Attempt)
-	w.name("audit_id")
-	w.str(d.AuditID)
-	w.name("clause_results")
-	w.results(d.ClauseResults)
-	w.name("contract_results")
-	w.results(d.ContractResults)
-	w.name("decided_at")
-	w.str(d.DecidedAt)
-	w.name("eligibility")
-	w.eligibility(&d.Eligibility)
-	w.name("outcome")
-	w.str(string(d.Outcome))
-	w.name("preflight_id")
-	w.str(d.PreflightID)
-	w.name("reason")
-	w.str(d.Reason)
-	w.close()
-}
-
-func (w *canonWriter) results(rs []Result) {
-	if rs == nil {
-		w.buf.WriteString("null")
-		return
-	}
-	w.buf.WriteByte('[')
-	for i := range rs {
-		if i > 0 {
-			w.buf.WriteByte(',')
-		}
-		r := &rs[i]
-		w.open()
-		w.name("contract")
-		w.str(r.Contract)
-		w.name("evidence")
-		if r.Evidence == nil {
-			w.buf.WriteString("null")
-		} else {
-			w.value(r.Evidence)
-		}
-		w.name("outcome")
-		w.str(string(r.Outcome))
-		w.name("reason")
-		w.str(r.Reason)
-		w.name("repair_hints")
-		w.hints(r.RepairHints)
-		w.name("severity")
-		w.str(string(r.Severity))
-		w.close()
-	}
-	w.buf.WriteByte(']')
-}
-
-func (w *canonWriter) hints(hs []Hint) {
-	if hs == nil {
-		w.buf.WriteString("null")
-		return
-	}
-	w.buf.WriteByte('[')
-	for i := range hs {
-		if i > 0 {
-			w.buf.WriteByte(',')
-		}
-		h := &hs[i]
-		w.open()
-		w.name("bounded")
-		w.boolean(h.Bounded)
-		w.name("field")
-		w.str(h.Field)
-		w.name("suggestion")
-		w.value(h.Suggestion)
-		w.close()
-	}
-	w.buf.WriteByte(']')
-}
-
-func (w *canonWriter) eligibility(e *Eligibility) {
-	w.open()
-	w.name("allowed")
-	w.boolean(e.Allowed)
-	w.name("bound_tool_kinds")
-	if e.BoundToolKinds == nil {
-		w.buf.WriteString("null")
+func writeResult(w *canon.Writer, r *Result) {
+	w.Open()
+	w.Name("contract")
+	w.String(r.Contract)
+	w.Name("evidence")
+	if r.Evidence == nil {
+		w.Null()
 	} else {
-		w.buf.WriteByte('[')
-		for i, k := range e.BoundToolKinds {
-			if i > 0 {
-				w.buf.WriteByte(',')
-			}
-			w.str(k)
-		}
-		w.buf.WriteByte(']')
+		w.Any(r.Evidence)
 	}
-	w.name("expires_at")
-	w.str(e.ExpiresAt)
+	w.Name("outcome")
+	w.String(string(r.Outcome))
+	w.Name("reason")
+	w.String(r.Reason)
+	w.Name("repair_hints")
+	canon.Array(w, r.RepairHints, func(h *Hint) {
+		w.Open()
+		w.Name("bounded")
+		w.Bool(h.Bounded)
+		w.Name("field")
+		w.String(h.Field)
+		w.Name("suggestion")
+		w.Any(h.Suggestion)
+		w.Close()
+	})
+	w.Name("severity")
+	w.String(string(r.Severity))
+	w.Close()
+}
+
+func writeEligibility(w *canon.Writer, e *Eligibility) {
+	w.Open()
+	w.Name("allowed")
+	w.Bool(e.Allowed)
+	w.Name("bound_tool_kinds")
+	canon.Array(w, e.BoundToolKinds, func(k *string) { w.String(*k) })
+	w.Name("expires_at")
+	w.String(e.ExpiresAt)
 	if e.RequiredRollback != "" {
-		w.name("required_rollback")
-		w.str(e.RequiredRollback)
+		w.Name("required_rollback")
+		w.String(e.RequiredRollback)
 	}
-	w.close()
+	w.Close()
 }
