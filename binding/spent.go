@@ -35,8 +35,8 @@ func (e *entry) knownPlan(r *wal.ConsumeRequest) (status wal.ConsumeStatus, ok b
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	matched := false
-	for i, s := range e.b.Steps {
-		if s.Kind != r.Kind || (r.ArgsDigest != "" && s.ArgsDigest != r.ArgsDigest) {
+	for i := range e.b.Steps {
+		if !r.Matches(&e.b.Steps[i]) {
 			continue
 		}
 		matched = true

@@ -54,6 +54,12 @@ type ConsumeRequest struct {
 	Decision func(ConsumeResult) FrameInput
 }
 
+// Matches reports whether step s is one r may consume: the kind it calls,
+// and the args digest when r binds arguments.
+func (r *ConsumeRequest) Matches(s *preflight.BoundStep) bool {
+	return s.Kind == r.Kind && (r.ArgsDigest == "" || s.ArgsDigest == r.ArgsDigest)
+}
+
 // ConsumeResult is what a consume did.
 type ConsumeResult struct {
 	Status    ConsumeStatus
@@ -78,11 +84,9 @@ func consumedKey(preflightID string, step int) []byte {
 func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	b := tx.btx.Bucket(bucketConsumed)
 	free, digestSeen := -1, false
-	for i, s := range r.Binding.Steps {
-		if s.Kind != r.Kind {
-			continue
-		}
-		if r.ArgsDigest != "" && s.ArgsDigest != r.ArgsDigest {
+	for i := range r.Binding.Steps {
+		s := &r.Binding.Steps[i]
+		if !r.Matches(s) {
 			continue
 		}
 		digestSeen = true
