@@ -249,39 +249,42 @@ func (db *DB) loop() {
 			// Drain what was queued before Close, in full batches: nothing
 			// can be queued any more (Close holds closed), so this ends.
 			for {
-				batch = batch[:0]
-			drain:
-				for len(batch) < db.opts.MaxBatch {
-					select {
-					case w := <-db.queue:
-						batch = append(batch, w)
-					default:
-						break drain
-					}
-				}
-				if len(batch) == 0 {
+				if batch = db.take(batch[:0]); len(batch) == 0 {
 					return
 				}
 				db.commit(batch)
 			}
 		}
-		batch = append(batch[:0], first)
-		waited := first.done != nil
-	fill:
-		for len(batch) < db.opts.MaxBatch {
-			select {
-			case w := <-db.queue:
-				batch = append(batch, w)
-				waited = waited || w.done != nil
-			default:
-				break fill
-			}
-		}
-		if !waited && len(batch) < db.opts.MaxBatch {
+		batch = db.take(append(batch[:0], first))
+		if len(batch) < db.opts.MaxBatch && !waits(batch) {
 			batch = db.gather(batch, hold)
 		}
 		db.commit(batch)
 	}
+}
+
+// take appends to batch what is queued now, without waiting, up to
+// MaxBatch writes.
+func (db *DB) take(batch []*write) []*write {
+	for len(batch) < db.opts.MaxBatch {
+		select {
+		case w := <-db.queue:
+			batch = append(batch, w)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// waits reports whether a writer waits on the batch's commit.
+func waits(batch []*write) bool {
+	for _, w := range batch {
+		if w.done != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // gather holds a commit that no writer waits on (queued deny frames only)
