@@ -25,29 +25,36 @@ import (
 // openBolt opens the bbolt file. A panic or fault during the open is
 // ErrCorrupt; the half-open handle is left alone (see above).
 func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			db, err = nil, fmt.Errorf("%w: %s is damaged: %v", ErrCorrupt, path, p)
-		}
-	}()
-	return bolt.Open(path, 0o600, o)
+	p, err := catch(func() (err error) {
+		db, err = bolt.Open(path, 0o600, o)
+		return err
+	})
+	if p != nil {
+		return nil, fmt.Errorf("%w: %s is damaged: %v", ErrCorrupt, path, p)
+	}
+	return db, err
 }
 
 // guarded runs fn, which uses bbolt, turning a panic or fault into
 // ErrCorrupt and poisoning the DB; once poisoned it does not run fn.
-func (db *DB) guarded(op string, fn func() error) (err error) {
+func (db *DB) guarded(op string, fn func() error) error {
 	if db.poisoned.Load() {
 		return fmt.Errorf("%w: %s: an earlier access found the file damaged", ErrCorrupt, db.path)
 	}
+	p, err := catch(fn)
+	if p != nil {
+		db.poisoned.Store(true)
+		return fmt.Errorf("%w: %s %s: %v", ErrCorrupt, op, db.path, p)
+	}
+	return err
+}
+
+// catch runs fn with faults turned into panics, and returns what fn
+// panicked with, if anything, instead of letting the panic through.
+func catch(fn func() error) (panicked any, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			db.poisoned.Store(true)
-			err = fmt.Errorf("%w: %s %s: %v", ErrCorrupt, op, db.path, p)
-		}
-	}()
-	return fn()
+	defer func() { panicked = recover() }()
+	return nil, fn()
 }
 
 // view runs fn in a bbolt read transaction, guarded.
