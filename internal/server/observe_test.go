@@ -255,17 +255,27 @@ func TestTracing(t *testing.T) {
 			if auditID == "" {
 				t.Fatal("no audit id in the answer")
 			}
+			// The caller has its answer before the server's own span (the
+			// gRPC or HTTP one, parent of the gate's) has ended and reached
+			// the exporter; wait until the chain is there, or time runs out.
 			var found *tracetest.SpanStub
-			spans := exp.GetSpans()
-			for i := range spans {
-				if spans[i].Name != tc.spanName {
-					continue
-				}
-				for _, kv := range spans[i].Attributes {
-					if kv.Key == tracing.AttrAuditID && kv.Value.AsString() == auditID {
-						found = &spans[i]
+			var spans tracetest.SpanStubs
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				found, spans = nil, exp.GetSpans()
+				for i := range spans {
+					if spans[i].Name != tc.spanName {
+						continue
+					}
+					for _, kv := range spans[i].Attributes {
+						if kv.Key == tracing.AttrAuditID && kv.Value.AsString() == auditID {
+							found = &spans[i]
+						}
 					}
 				}
+				if (found != nil && leadsTo(spans, found, tc.parentID)) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 			if found == nil {
 				t.Fatalf("no %q span with %s=%s among %d spans", tc.spanName, tracing.AttrAuditID, auditID, len(spans))
