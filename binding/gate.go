@@ -1,6 +1,7 @@
 package binding
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -428,7 +429,7 @@ func (g *Gate) readCall(c *call) error {
 		return c.req.BodyErr
 	}
 	body := c.req.Body
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		if g.o.KindHeader == "" {
 			return errNoKind
 		}

@@ -94,60 +94,96 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 }
 
 // ResponseFor translates a decision into Envoy's CheckResponse (SPEC §5.5).
+// The messages of one response are fields of one struct (denyResponse,
+// allowResponse, metadata), so each answer costs a few allocations, not one
+// per message: every Check makes one.
 func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	meta := dynamicMetadata(d)
 	if d.Allowed {
-		up := d.UpstreamHeaders()
-		headers := make([]*corev3.HeaderValueOption, 0, len(up))
-		for _, k := range []string{binding.HeaderAuditID, binding.HeaderAdvisoryReason} {
-			if v, ok := up[k]; ok {
-				headers = append(headers, overwrite(k, v))
-			}
+		a := new(allowResponse)
+		a.audit.set(binding.HeaderAuditID, d.AuditID)
+		a.list[0] = &a.audit.opt
+		headers := a.list[:1]
+		if d.AdvisoryReason != "" {
+			a.advisory.set(binding.HeaderAdvisoryReason, d.AdvisoryReason)
+			headers = append(headers, &a.advisory.opt)
 		}
-		return &authv3.CheckResponse{
-			Status:          &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse:    &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{Headers: headers}},
-			DynamicMetadata: meta,
-		}
+		a.ok.Headers = headers
+		a.oneof.OkResponse = &a.ok
+		a.resp = authv3.CheckResponse{Status: &a.status, HttpResponse: &a.oneof, DynamicMetadata: meta}
+		return &a.resp
 	}
 	code, httpCode := codes.PermissionDenied, typev3.StatusCode_Forbidden
 	if d.Status == 503 {
 		code, httpCode = codes.Unavailable, typev3.StatusCode_ServiceUnavailable
 	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code), Message: d.Reason},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: httpCode},
-			Headers: []*corev3.HeaderValueOption{
-				overwrite("content-type", "application/json"),
-				overwrite(binding.HeaderAuditID, d.AuditID),
-			},
-			Body: string(d.DenyBody()),
-		}},
-		DynamicMetadata: meta,
-	}
+	r := new(denyResponse)
+	r.status = rpcstatus.Status{Code: int32(code), Message: d.Reason}
+	r.httpStatus.Code = httpCode
+	r.contentType.set("content-type", "application/json")
+	r.audit.set(binding.HeaderAuditID, d.AuditID)
+	r.headers = [2]*corev3.HeaderValueOption{&r.contentType.opt, &r.audit.opt}
+	r.denied = authv3.DeniedHttpResponse{Status: &r.httpStatus, Headers: r.headers[:], Body: string(d.DenyBody())}
+	r.oneof.DeniedResponse = &r.denied
+	r.resp = authv3.CheckResponse{Status: &r.status, HttpResponse: &r.oneof, DynamicMetadata: meta}
+	return &r.resp
 }
 
-// dynamicMetadata is {"autonomy":{"audit_id","mode","reason"}}, built
-// directly: structpb.NewStruct would convert two Go maps on every answer to
-// reach the same message. Like NewStruct, it gives nil when a string is not
-// valid UTF-8, which a protobuf string cannot carry.
+// header is one header to set, overwriting any of the same name.
+type header struct {
+	opt corev3.HeaderValueOption
+	hv  corev3.HeaderValue
+}
+
+func (h *header) set(k, v string) {
+	h.hv.Key, h.hv.Value = k, v
+	h.opt.Header = &h.hv
+	h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+}
+
+// allowResponse holds the messages of an allow's CheckResponse.
+type allowResponse struct {
+	resp     authv3.CheckResponse
+	status   rpcstatus.Status // code 0: OK
+	oneof    authv3.CheckResponse_OkResponse
+	ok       authv3.OkHttpResponse
+	list     [2]*corev3.HeaderValueOption
+	audit    header
+	advisory header
+}
+
+// denyResponse holds the messages of a deny's CheckResponse.
+type denyResponse struct {
+	resp        authv3.CheckResponse
+	status      rpcstatus.Status
+	oneof       authv3.CheckResponse_DeniedResponse
+	denied      authv3.DeniedHttpResponse
+	httpStatus  typev3.HttpStatus
+	headers     [2]*corev3.HeaderValueOption
+	contentType header
+	audit       header
+}
+
+// dynamicMetadata is {"autonomy":{"audit_id","mode","reason"}}, the values
+// in one block with the two structs that hold them.
 func dynamicMetadata(d *binding.Decision) *structpb.Struct {
 	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(d.Reason) {
 		return nil
 	}
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		"autonomy": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			"audit_id": structpb.NewStringValue(d.AuditID),
-			"mode":     structpb.NewStringValue(string(d.Mode)),
-			"reason":   structpb.NewStringValue(d.Reason),
-		}}),
-	}}
+	m := new(metadata)
+	m.auditID.Kind, m.mode.Kind, m.reason.Kind = &m.auditIDKind, &m.modeKind, &m.reasonKind
+	m.auditIDKind.StringValue, m.modeKind.StringValue, m.reasonKind.StringValue = d.AuditID, string(d.Mode), d.Reason
+	m.inner.Fields = map[string]*structpb.Value{"audit_id": &m.auditID, "mode": &m.mode, "reason": &m.reason}
+	m.innerKind.StructValue = &m.inner
+	m.autonomy.Kind = &m.innerKind
+	m.outer.Fields = map[string]*structpb.Value{"autonomy": &m.autonomy}
+	return &m.outer
 }
 
-func overwrite(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: k, Value: v},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
+// metadata holds the messages of dynamicMetadata's answer.
+type metadata struct {
+	outer, inner                      structpb.Struct
+	autonomy, auditID, mode, reason   structpb.Value
+	innerKind                         structpb.Value_StructValue
+	auditIDKind, modeKind, reasonKind structpb.Value_StringValue
 }

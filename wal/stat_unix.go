@@ -2,21 +2,22 @@
 
 package wal
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
 
 type fileID struct{ dev, ino uint64 }
 
+// statID names the file at path by device and inode. It calls stat(2)
+// itself: os.Stat's FileInfo would be an allocation on every queued frame.
 func statID(path string) (fileID, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileID{}, err
+	var st syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &st)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fileID{}, err
+		}
+		return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}, nil
-	}
-	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
 }
