@@ -37,6 +37,11 @@ type result struct {
 	// CPUMicros is the CPU the measured process (the floor's or the
 	// service's) spent per call, user and system.
 	CPUMicros float64 `json:"cpu_us_per_call,omitempty"`
+	// WritesPerCommit is how many writes the service's WAL commits carried
+	// on average during the scenario (group commit); 0 for the floors.
+	WritesPerCommit float64 `json:"wal_writes_per_commit,omitempty"`
+	// CommitsPerCall is the service's WAL commits per call.
+	CommitsPerCall float64 `json:"wal_commits_per_call,omitempty"`
 }
 
 // call is one request; i numbers it within its scenario.

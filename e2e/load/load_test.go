@@ -68,6 +68,12 @@ func TestLoadRunsBriefly(t *testing.T) {
 				if r.Calls == 0 || r.Errors != 0 || r.PerSecond <= 0 || r.P50Micros <= 0 || r.P99Micros < r.P50Micros {
 					t.Errorf("%s / %s at %d: %+v", target, sc, conc, r)
 				}
+				// Every service call writes (a preflight, a marker or a
+				// decision frame), so its WAL committed; a floor has none.
+				if service := target != targetFloor; service != (r.CommitsPerCall > 0 && r.WritesPerCommit >= 1) {
+					t.Errorf("%s / %s at %d: %.3f commits per call, %.1f writes per commit",
+						target, sc, conc, r.CommitsPerCall, r.WritesPerCommit)
+				}
 			}
 		}
 	}

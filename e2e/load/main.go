@@ -303,8 +303,7 @@ func (s *service) close() error {
 // scenarios runs the four service scenarios at conc. floorRate bounds how
 // many fresh ids the consume run can use.
 func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64) error {
-	pid := s.proc.pid()
-	r := withCPU(pid, func() result {
+	r := s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
 			id, err := s.cl.preflight(ctx, s.base)
 			if err == nil {
@@ -321,27 +320,41 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 		return err
 	}
 	fresh := s.pool.take()
-	r = withCPU(pid, func() result {
+	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
 			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
 		})
 	})
 	rep.add(out, target, scConsume, r)
 
-	r = withCPU(pid, func() result {
+	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
 			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, reasonReplay)
 		})
 	})
 	rep.add(out, target, scReplay, r)
 
-	r = withCPU(pid, func() result {
+	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
 			return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, reasonRequired)
 		})
 	})
 	rep.add(out, target, scNoHeader, r)
 	return nil
+}
+
+// measure runs one scenario against the service and adds the CPU it spent
+// per call and what its WAL's group commit did meanwhile (read from its own
+// /metrics), so a figure can be traced to commits as well as to CPU.
+func (s *service) measure(ctx context.Context, run func() result) result {
+	c0, w0, err0 := walCommits(ctx, s.cl.http, s.base)
+	r := withCPU(s.proc.pid(), run)
+	c1, w1, err1 := walCommits(ctx, s.cl.http, s.base)
+	if err0 == nil && err1 == nil && c1 > c0 && r.Calls > 0 {
+		r.WritesPerCommit = (w1 - w0) / (c1 - c0)
+		r.CommitsPerCall = (c1 - c0) / float64(r.Calls)
+	}
+	return r
 }
 
 // topUp makes preflights at concurrency 64 until the pool holds want ids.
@@ -498,6 +511,9 @@ func (rep *report) add(out io.Writer, target, scenario string, r result) {
 	cpu := ""
 	if r.CPUMicros > 0 {
 		cpu = fmt.Sprintf("  cpu %5.0f µs/call", r.CPUMicros)
+	}
+	if r.CommitsPerCall > 0 {
+		cpu += fmt.Sprintf("  wal %.2f commits/call, %.1f writes/commit", r.CommitsPerCall, r.WritesPerCommit)
 	}
 	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s%s\n",
 		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, cpu, note)

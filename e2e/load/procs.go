@@ -17,11 +17,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/contractrefine/autonomy/wal"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	"github.com/contractrefine/autonomy/wal"
 )
 
 // floorEnv, set in a child's environment, makes the load command serve the
@@ -340,4 +343,32 @@ func withCPU(pid int, run func() result) result {
 		r.CPUMicros = float64(after-before) / float64(time.Microsecond) / float64(r.Calls)
 	}
 	return r
+}
+
+// walCommits reads the service's group-commit counters from its /metrics:
+// how many WAL commits it has made and how many writes they carried.
+func walCommits(ctx context.Context, hc *http.Client, base string) (commits, writes float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("load: GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, 0, fmt.Errorf("load: GET /metrics: %w", err)
+	}
+	f, ok := families["autonomy_wal_commit_batch_size"]
+	if !ok || len(f.GetMetric()) != 1 {
+		return 0, 0, errors.New("load: /metrics has no autonomy_wal_commit_batch_size")
+	}
+	h := f.GetMetric()[0].GetHistogram()
+	return float64(h.GetSampleCount()), h.GetSampleSum(), nil
 }
