@@ -291,10 +291,12 @@ func eligibility(outcome Outcome, req *Request, env *envelope.Envelope, now time
 }
 
 // NotEvaluated returns the deny decision for a request refused before any
-// contract ran, such as contract: repair_exhausted or contract:
-// session_metadata_missing: all seven rows are not_applicable and nothing
-// is bindable. A window of 0 means DefaultBindingWindow.
-func NotEvaluated(reason string, attempt int, now time.Time, window time.Duration) *Decision {
+// contract ran, such as contract: repair_exhausted: all seven rows are
+// not_applicable and nothing is bindable. Its eligibility is what any
+// decision of req would carry (expires_at bounded by the envelope's
+// deadline, the required rollback); req and env may be nil. A window of 0
+// means DefaultBindingWindow.
+func NotEvaluated(reason string, attempt int, req *Request, env *envelope.Envelope, now time.Time, window time.Duration) *Decision {
 	if window <= 0 {
 		window = DefaultBindingWindow
 	}
@@ -303,22 +305,22 @@ func NotEvaluated(reason string, attempt int, now time.Time, window time.Duratio
 	for _, name := range Catalog() {
 		rows = append(rows, notApplicable(name, "not evaluated: "+reason))
 	}
+	if req == nil {
+		req = &Request{}
+	}
 	return &Decision{
 		Outcome:         OutcomeDeny,
 		Reason:          reason,
 		ContractResults: rows,
 		ClauseResults:   []Result{},
-		Eligibility: Eligibility{
-			BoundToolKinds: []string{},
-			ExpiresAt:      now.Add(window).Format(time.RFC3339Nano),
-		},
-		Attempt:   attempt,
-		DecidedAt: now.Format(time.RFC3339Nano),
+		Eligibility:     eligibility(OutcomeDeny, req, env, now, window),
+		Attempt:         attempt,
+		DecidedAt:       now.Format(time.RFC3339Nano),
 	}
 }
 
 // NotEvaluated is the package NotEvaluated on the verifier's clock and
 // binding window.
 func (v *DefaultVerifier) NotEvaluated(reason string, attempt int) *Decision {
-	return NotEvaluated(reason, attempt, v.now(), v.window)
+	return NotEvaluated(reason, attempt, nil, nil, v.now(), v.window)
 }

@@ -309,23 +309,37 @@ func TestEvaluateNilRequest(t *testing.T) {
 }
 
 func TestNotEvaluated(t *testing.T) {
+	withRollback := &Request{Context: Context{RequiredRollback: "rb.refund.void"}}
 	cases := map[string]struct {
-		reason string
-		window time.Duration
-		want   string
+		reason   string
+		window   time.Duration
+		req      *Request
+		env      *envelope.Envelope
+		want     string
+		rollback string
 	}{
 		"repair exhausted": {reason: ReasonRepairExhausted, window: time.Minute, want: "2026-06-23T14:31:05Z"},
 		"default window":   {reason: ReasonSessionMetadataMissing, want: "2026-06-23T14:35:05Z"},
+		// The envelope's deadline bounds expires_at, refused or not (SPEC §3.2).
+		"deadline first": {reason: ReasonRepairExhausted, window: 2 * time.Minute, req: withRollback,
+			env:  &envelope.Envelope{Deadline: testNow.Add(time.Minute)},
+			want: "2026-06-23T14:31:05Z", rollback: "rb.refund.void"},
+		"window first": {reason: ReasonRepairExhausted, window: time.Minute, req: withRollback,
+			env:  &envelope.Envelope{Deadline: testNow.Add(time.Hour)},
+			want: "2026-06-23T14:31:05Z", rollback: "rb.refund.void"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := NotEvaluated(tc.reason, 3, testNow.In(time.FixedZone("x", 3600)), tc.window)
+			d := NotEvaluated(tc.reason, 3, tc.req, tc.env, testNow.In(time.FixedZone("x", 3600)), tc.window)
 			assertShape(t, d)
 			if d.Outcome != OutcomeDeny || d.Reason != tc.reason || d.Attempt != 3 {
 				t.Errorf("decision %s %q attempt %d", d.Outcome, d.Reason, d.Attempt)
 			}
 			if d.Eligibility.ExpiresAt != tc.want || d.DecidedAt != "2026-06-23T14:30:05Z" {
 				t.Errorf("expires_at %q decided_at %q", d.Eligibility.ExpiresAt, d.DecidedAt)
+			}
+			if d.Eligibility.Allowed || len(d.Eligibility.BoundToolKinds) != 0 || d.Eligibility.RequiredRollback != tc.rollback {
+				t.Errorf("eligibility %+v, want nothing bound, required_rollback %q", d.Eligibility, tc.rollback)
 			}
 			for _, r := range d.ContractResults {
 				if r.Outcome != RowNotApplicable {

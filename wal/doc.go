@@ -13,7 +13,9 @@
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
 //	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
 //	sessions     key: session key, the JSON array ["<session_id>","<plan_hash>"]
-//	             value: attempts so far, 4-byte BE
+//	             value: attempts so far, 4-byte BE, then the attempt of the session's first
+//	             repair_required, 4-byte BE (0: none yet); a value of the attempts alone
+//	             is an older one and reads as a budget opened at attempt 1
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction

@@ -23,7 +23,9 @@ type PreflightRecord struct {
 	Time     time.Time
 	// Attrs are extra frame attributes (request digest, bundle revision, …).
 	Attrs map[string]any
-	// SessionKey, when set, counts one attempt against the repair session.
+	// SessionKey, when set, counts one attempt against the repair session;
+	// a repair_required Binding.Outcome opens the session's repair budget
+	// when none is open yet.
 	SessionKey string
 	// Idempotency, when set, records the idempotency key.
 	Idempotency *IdempotencyRecord
@@ -136,10 +138,12 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 	}
 	if rec.SessionKey != "" {
 		sb := tx.btx.Bucket(bucketSessions)
-		n := sessionCount(sb.Get([]byte(rec.SessionKey)))
-		var v [4]byte
-		binary.BigEndian.PutUint32(v[:], n+1)
-		if err := sb.Put([]byte(rec.SessionKey), v[:]); err != nil {
+		st := decodeSession(sb.Get([]byte(rec.SessionKey)))
+		st.Attempts++
+		if st.RepairFrom == 0 && b.Outcome == preflight.OutcomeRepairRequired {
+			st.RepairFrom = st.Attempts
+		}
+		if err := sb.Put([]byte(rec.SessionKey), st.encode()); err != nil {
 			return Frame{}, err
 		}
 	}
@@ -155,11 +159,44 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 	return f, nil
 }
 
+// sessionCount reads a 4-byte count: a retired value, or the attempts at
+// the start of a sessions value.
 func sessionCount(v []byte) uint32 {
-	if len(v) != 4 {
+	if len(v) < 4 {
 		return 0
 	}
 	return binary.BigEndian.Uint32(v)
+}
+
+// Session is what the log knows of one repair session.
+type Session struct {
+	// Attempts is how many preflights the session has recorded.
+	Attempts int
+	// RepairFrom is the attempt that was the session's first
+	// repair_required, which opened its repair budget; 0 when none was.
+	RepairFrom int
+}
+
+// decodeSession reads a sessions value: the attempts (4-byte BE) and the
+// attempt of the first repair_required (4-byte BE, 0 for none). A value of
+// the attempts alone was written before the second field existed, when
+// every session's budget counted from its first attempt, and reads so.
+func decodeSession(v []byte) Session {
+	s := Session{Attempts: int(sessionCount(v))}
+	switch {
+	case len(v) >= 8:
+		s.RepairFrom = int(binary.BigEndian.Uint32(v[4:8]))
+	case s.Attempts > 0:
+		s.RepairFrom = 1
+	}
+	return s
+}
+
+func (s Session) encode() []byte {
+	v := make([]byte, 8)
+	binary.BigEndian.PutUint32(v[:4], uint32(s.Attempts))
+	binary.BigEndian.PutUint32(v[4:], uint32(s.RepairFrom))
+	return v
 }
 
 // Binding returns the recorded binding of a preflight id. It reads the
@@ -225,12 +262,19 @@ func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
 
 // SessionAttempts returns how many preflights the session has recorded.
 func (db *DB) SessionAttempts(ctx context.Context, key string) (int, error) {
-	var n uint32
+	s, err := db.Session(ctx, key)
+	return s.Attempts, err
+}
+
+// Session returns what the log knows of a repair session; a session it has
+// never seen is the zero Session.
+func (db *DB) Session(ctx context.Context, key string) (Session, error) {
+	var s Session
 	err := db.View(func(tx *Tx) error {
-		n = sessionCount(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
+		s = decodeSession(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
 		return nil
 	})
-	return int(n), err
+	return s, err
 }
 
 // Idempotency returns the record of an idempotency key, or ErrNotFound.

@@ -385,3 +385,45 @@ func FuzzDecodeFrame(f *testing.F) {
 		_ = fr.computeHash()
 	})
 }
+
+// TestSessionRepairBudget: a session's record counts every attempt and
+// remembers the first repair_required, across a reopen; a value written
+// before that second field reads as a budget opened at attempt 1.
+func TestSessionRepairBudget(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	outcomes := []preflight.Outcome{preflight.OutcomePass, preflight.OutcomeRepairRequired,
+		preflight.OutcomeRepairRequired, preflight.OutcomeDeny}
+	for i, o := range outcomes {
+		b := testBinding(fmt.Sprintf("pf_%d", i), "tool.echo")
+		b.Outcome = o
+		record(t, db, b)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const key = "session:001\x00plan-1"
+	if s, err := db.Session(ctx, key); err != nil || s != (Session{Attempts: 4, RepairFrom: 2}) {
+		t.Fatalf("session after reopen = %+v, %v; want 4 attempts, budget from 2", s, err)
+	}
+	if s, err := db.Session(ctx, "never\x00seen"); err != nil || s != (Session{}) {
+		t.Fatalf("unknown session = %+v, %v", s, err)
+	}
+	err = db.Update(ctx, func(tx *Tx) error {
+		return tx.btx.Bucket(bucketSessions).Put([]byte("old\x00plan"), []byte{0, 0, 0, 3})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := db.Session(ctx, "old\x00plan"); err != nil || s != (Session{Attempts: 3, RepairFrom: 1}) {
+		t.Fatalf("older 4-byte session = %+v, %v; want 3 attempts, budget from 1", s, err)
+	}
+}

@@ -24,7 +24,7 @@ type Store interface {
 	// Binding may leave Decision nil; Decision then reads it.
 	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
 	Decision(ctx context.Context, preflightID string) ([]byte, error)
-	SessionAttempts(ctx context.Context, key string) (int, error)
+	Session(ctx context.Context, key string) (wal.Session, error)
 	Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error)
 	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
 }
@@ -218,16 +218,19 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sessionKey, hasSession := req.SessionKey()
-	attempt := 1
+	attempt, exhausted := 1, false
 	if hasSession {
 		unlock := a.lockSession(sessionKey)
 		defer unlock()
-		n, err := a.o.Store.SessionAttempts(r.Context(), sessionKey)
+		s, err := a.o.Store.Session(r.Context(), sessionKey)
 		if err != nil {
 			a.unavailable(w, "read repair session", err)
 			return
 		}
-		attempt = n + 1
+		// The budget opens with the session's first repair_required
+		// (SPEC §3.6): from then on max_repair_attempts more submissions.
+		attempt = s.Attempts + 1
+		exhausted = s.RepairFrom > 0 && attempt > s.RepairFrom+a.o.MaxRepairAttempts
 	}
 
 	bundle := a.o.Bundle()
@@ -237,8 +240,8 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	var d *preflight.Decision
 	switch {
-	case hasSession && attempt > 1+a.o.MaxRepairAttempts:
-		d = preflight.NotEvaluated(preflight.ReasonRepairExhausted, attempt, now, a.o.BindingWindow)
+	case exhausted:
+		d = preflight.NotEvaluated(preflight.ReasonRepairExhausted, attempt, req, env, now, a.o.BindingWindow)
 	default:
 		d, err = a.o.Verifier.Evaluate(r.Context(), preflight.Input{Request: req, Envelope: env,
 			Governance: bundle.Governance(), Clauses: bundle.Clauses(), Attempt: attempt})

@@ -259,6 +259,35 @@ func TestRepairBudget(t *testing.T) {
 			t.Errorf("new plan hash: attempt %d %s", d.Attempt, d.Outcome)
 		}
 	})
+	t.Run("budget opens at the first repair", func(t *testing.T) {
+		// Before any repair_required the session has no budget to spend:
+		// passes and denies are decided however many there are. The first
+		// repair_required opens it, for max_repair_attempts (1) more.
+		f := newFixture(t)
+		unknown := edit(t, "read_pass", map[string]any{"/plan/steps/0/kind": "zz.unknown"})
+		steps := []struct {
+			req             []byte
+			outcome, reason string
+		}{
+			{readRequest(t, "read_pass"), "pass", "contract: passed"},
+			{readRequest(t, "read_pass"), "pass", "contract: passed"},
+			{unknown, "deny", "contract: capability_not_in_zone"},
+			{readRequest(t, "read_pass"), "pass", "contract: passed"},
+			{readRequest(t, "read_repair"), "repair_required", "contract: repair_required"},
+			{readRequest(t, "read_pass"), "pass", "contract: passed"},
+			{readRequest(t, "read_pass"), "deny", "contract: repair_exhausted"},
+		}
+		for i, s := range steps {
+			d := mustDecision(t, f.post(s.req))
+			if d.Outcome != s.outcome || d.Reason != s.reason || d.Attempt != i+1 {
+				t.Errorf("submission %d: %s %s attempt %d, want %s %s attempt %d",
+					i+1, d.Outcome, d.Reason, d.Attempt, s.outcome, s.reason, i+1)
+			}
+		}
+		if s, err := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); err != nil || s.Attempts != 7 || s.RepairFrom != 5 {
+			t.Errorf("session %+v, %v: want 7 attempts, budget opened at 5", s, err)
+		}
+	})
 	t.Run("max_repair_attempts 0", func(t *testing.T) {
 		f := newFixture(t, func(o *httpapi.Options) { o.MaxRepairAttempts = 0 })
 		mustDecision(t, f.post(readRequest(t, "read_repair")))
