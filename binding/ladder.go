@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -50,11 +51,18 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		}
 		c.digest = d
 	}
+	r := g.consumeRequest(c, now)
+	// Arguments that no step of the kind was preflighted with are a
+	// mismatch (rung 4) before the expiry of rung 5: a property of the
+	// binding, no store needed.
+	if !slices.ContainsFunc(b.Steps, func(s preflight.BoundStep) bool { return r.Matches(&s) }) {
+		c.contract = preflight.ReasonBindingMismatch
+		return
+	}
 	if !now.Before(b.ExpiresAt) {
 		c.contract = preflight.ReasonExpired
 		return
 	}
-	r := g.consumeRequest(c, now)
 	if status, ok := c.bound.knownPlan(&r); ok {
 		c.contract = planContract(status)
 		return

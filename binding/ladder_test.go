@@ -131,6 +131,21 @@ func ladderRungs() map[string]rung {
 				return echoCall(id)
 			},
 			contract: preflight.ReasonExpired, bound: true, kind: "tool.echo", gated: true},
+		"expired, args digest differs: the mismatch comes first": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))
+				e.clock.Advance(bindingLife)
+				return toolCall("refund.create.v2", map[string]any{"caseRef": "x", "amountUsd": 1},
+					withID(b.PreflightID, "req-1"))
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "refund.create.v2", gated: true},
+		"expired, args bound and equal": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))
+				e.clock.Advance(bindingLife)
+				return toolCall("refund.create.v2", refundArgs, withID(b.PreflightID, "req-1"))
+			},
+			contract: preflight.ReasonExpired, bound: true, kind: "refund.create.v2", gated: true},
 		"replay": {
 			call: func(e *env) *binding.Request {
 				b := echo(e)
