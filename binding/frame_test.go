@@ -124,9 +124,18 @@ func BenchmarkFrameAttrs(b *testing.B) {
 	})
 }
 
+// denyBody is the shape DenyBody writes, members in SPEC §5.5 order.
+type denyBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Reason  string `json:"reason"`
+		AuditID string `json:"audit_id"`
+	} `json:"error"`
+}
+
 // TestDenyBodyAsEncodingJSON proves DenyBody writes what encoding/json
-// writes for the map it stands for, on the plain ASCII it writes itself and
-// on what it leaves to encoding/json.
+// writes for denyBody, on the plain ASCII it writes itself and on what it
+// leaves to encoding/json.
 func TestDenyBodyAsEncodingJSON(t *testing.T) {
 	tests := map[string]Decision{
 		"replay":            {AuditID: "au_0123456789abcdef", Reason: "contract: preflight_replay"},
@@ -138,8 +147,9 @@ func TestDenyBodyAsEncodingJSON(t *testing.T) {
 	}
 	for name, d := range tests {
 		t.Run(name, func(t *testing.T) {
-			want, err := json.Marshal(map[string]any{"error": map[string]any{
-				"audit_id": d.AuditID, "code": d.Code(), "reason": d.Reason}})
+			var body denyBody
+			body.Error.Code, body.Error.Reason, body.Error.AuditID = d.Code(), d.Reason, d.AuditID
+			want, err := json.Marshal(body)
 			if err != nil {
 				t.Fatal(err)
 			}

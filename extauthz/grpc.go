@@ -113,12 +113,14 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 		a.resp = authv3.CheckResponse{Status: &a.status, HttpResponse: &a.oneof, DynamicMetadata: meta}
 		return &a.resp
 	}
-	code, httpCode := codes.PermissionDenied, typev3.StatusCode_Forbidden
+	// Every deny is PERMISSION_DENIED (SPEC §5.5); one that could not be
+	// decided says so with its 503 and contract: verifier_unavailable.
+	httpCode := typev3.StatusCode_Forbidden
 	if d.Status == 503 {
-		code, httpCode = codes.Unavailable, typev3.StatusCode_ServiceUnavailable
+		httpCode = typev3.StatusCode_ServiceUnavailable
 	}
 	r := new(denyResponse)
-	r.status = rpcstatus.Status{Code: int32(code), Message: d.Reason}
+	r.status = rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: d.Reason}
 	r.httpStatus.Code = httpCode
 	r.contentType.set("content-type", "application/json")
 	r.audit.set(binding.HeaderAuditID, d.AuditID)

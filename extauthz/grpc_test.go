@@ -221,7 +221,7 @@ func TestGRPCDenies(t *testing.T) {
 }
 
 // TestGRPCUnavailable: when the gate cannot decide, Envoy is told
-// UNAVAILABLE with a 503, never OK.
+// PERMISSION_DENIED with a 503 and contract: verifier_unavailable, never OK.
 func TestGRPCUnavailable(t *testing.T) {
 	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
 		t.Run("wal closed/"+string(mode), func(t *testing.T) {
@@ -230,15 +230,15 @@ func TestGRPCUnavailable(t *testing.T) {
 			pf := e.record("tool.echo", map[string]any{"msg": "hi"})
 			e.db.Close()
 			wantDenied(t, check(t, c, envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")),
-				codes.Unavailable, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
+				codes.PermissionDenied, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
 			wantDenied(t, check(t, c, envoyCheck("tool.echo", nil, "", "req-2")),
-				codes.Unavailable, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
+				codes.PermissionDenied, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
 		})
 		t.Run("policy error/"+string(mode), func(t *testing.T) {
 			e := newEnv(t, mode)
 			c := serveGRPC(t, e.gate)
 			wantDenied(t, check(t, c, envoyCheck("tool.nonbool", nil, "", "req-1")),
-				codes.Unavailable, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
+				codes.PermissionDenied, typev3.StatusCode_ServiceUnavailable, preflight.ReasonVerifierUnavailable)
 		})
 	}
 }
