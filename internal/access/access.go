@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/contractrefine/autonomy/internal/httpapi"
 )
 
 var (
@@ -259,7 +260,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 			}
 			g.o.Logger.Warn("read refused: remote client and no access tokens configured",
 				"remote_addr", r.RemoteAddr, "path", r.URL.Path)
-			writeError(w, http.StatusForbidden, CodeRemoteReadsForbidden,
+			httpapi.WriteError(w, http.StatusForbidden, CodeRemoteReadsForbidden,
 				"Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.")
 			return
 		}
@@ -267,7 +268,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 			g.o.Logger.Warn("read refused: no valid bearer token", "remote_addr", r.RemoteAddr,
 				"path", r.URL.Path, "authorization_present", r.Header.Get("Authorization") != "")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "A valid bearer token is required.")
+			httpapi.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "A valid bearer token is required.")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -284,13 +285,4 @@ func (g *Guard) isRead(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// writeError answers in the HTTP API's error shape (SPEC §3.3).
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	e := map[string]any{"code": code, "path": "", "message": message, "retryable": false}
-	b, _ := json.Marshal(map[string]any{"error": e, "errors": []any{e}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -289,4 +290,103 @@ func nonLoopbackIP(t *testing.T) net.IP {
 	}
 	t.Skip("no non-loopback IPv4 address on this host")
 	return nil
+}
+
+// TestErrorBodyMatchesAPI reads the 401 and the 403 over real HTTP and
+// checks that their bodies have the HTTP API's error shape (SPEC §3.3):
+// contractVersion and supportedVersions as in httpapi's 404, and the codes,
+// messages and headers of this package.
+func TestErrorBodyMatchesAPI(t *testing.T) {
+	type apiError struct {
+		Code              string   `json:"code"`
+		ContractVersion   *string  `json:"contractVersion"`
+		Path              *string  `json:"path"`
+		Message           string   `json:"message"`
+		Retryable         *bool    `json:"retryable"`
+		SupportedVersions []string `json:"supportedVersions"`
+	}
+	type errorBody struct {
+		Error  apiError   `json:"error"`
+		Errors []apiError `json:"errors"`
+	}
+	get := func(t *testing.T, h http.Handler, auth string) (*http.Response, errorBody) {
+		t.Helper()
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/audit/", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var body errorBody
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			t.Fatalf("body %s: %v", b, err)
+		}
+		return resp, body
+	}
+
+	api := httpapi.New(httpapi.Options{})
+	notFound, want := get(t, api, "")
+	if notFound.StatusCode != http.StatusNotFound || want.Error.ContractVersion == nil || *want.Error.ContractVersion == "" || len(want.Error.SupportedVersions) == 0 {
+		t.Fatalf("httpapi 404: status %d, body %+v", notFound.StatusCode, want)
+	}
+
+	remote := New(Options{})
+	remoteGuard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.RemoteAddr = "192.0.2.9:9" // a remote client, whatever the test's socket
+		remote.Handler(api).ServeHTTP(w, r)
+	})
+	tests := map[string]struct {
+		h       http.Handler
+		auth    string
+		status  int
+		code    string
+		message string
+		wwwAuth string
+	}{
+		"401 unauthorized": {
+			h: New(Options{Tokens: testTokens(t)}).Handler(api), auth: "Bearer " + strings.Repeat("z", 30),
+			status: http.StatusUnauthorized, code: CodeUnauthorized,
+			message: "A valid bearer token is required.", wwwAuth: `Bearer realm="autonomy"`,
+		},
+		"403 remote-reads-forbidden": {
+			h: remoteGuard, status: http.StatusForbidden, code: CodeRemoteReadsForbidden,
+			message: "Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			resp, body := get(t, tc.h, tc.auth)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != notFound.Header.Get("Content-Type") || ct != "application/json" {
+				t.Fatalf("Content-Type %q, want %q", ct, "application/json")
+			}
+			if got := resp.Header.Get("WWW-Authenticate"); got != tc.wwwAuth {
+				t.Fatalf("WWW-Authenticate %q, want %q", got, tc.wwwAuth)
+			}
+			if len(body.Errors) != 1 {
+				t.Fatalf("errors has %d entries, want 1: %+v", len(body.Errors), body)
+			}
+			for _, e := range []apiError{body.Error, body.Errors[0]} {
+				if e.Code != tc.code || e.Message != tc.message || e.Path == nil || *e.Path != "" || e.Retryable == nil || *e.Retryable {
+					t.Fatalf("error %+v, want code %s, message %q, path \"\", retryable false", e, tc.code, tc.message)
+				}
+				if e.ContractVersion == nil || *e.ContractVersion != *want.Error.ContractVersion {
+					t.Fatalf("contractVersion %v, want %q as in httpapi's 404", e.ContractVersion, *want.Error.ContractVersion)
+				}
+				if !slices.Equal(e.SupportedVersions, want.Error.SupportedVersions) {
+					t.Fatalf("supportedVersions %q, want %q as in httpapi's 404", e.SupportedVersions, want.Error.SupportedVersions)
+				}
+			}
+		})
+	}
 }

@@ -65,3 +65,10 @@ func writeErrors(w http.ResponseWriter, status int, errs []apiError) {
 func writeError(w http.ResponseWriter, status int, code, path, message string, retryable bool) {
 	writeErrors(w, status, []apiError{{Code: code, Path: path, Message: message, Retryable: retryable}})
 }
+
+// WriteError answers status with one non-retryable error about the whole
+// request (path ""), in the same body as this package's own errors. It is
+// for handlers in front of the API, such as internal/access.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
+	writeError(w, status, code, "", message, false)
+}
