@@ -47,6 +47,12 @@
 //
 // rollback_contract: context.required_rollback may be provided by any
 // step's rollback, whether or not that step's capability requires one.
+// When no step provides it, its hint sets the rollback of the first step
+// whose capability declares it (preferring one whose own rollback fails)
+// to the required rollback; if that step's
+// rollback also fails, this one hint (not the capability's first rollback)
+// repairs both, so a field never gets two suggestions. When no step's
+// capability declares it, the violation has no hint.
 //
 // attestation_freshness: the attestation must name a node even when the
 // bundle enrols none. issued_at is parsed as RFC 3339 (fractional seconds

@@ -8,10 +8,36 @@ import (
 // checkRollbackContract is contract 4: a step that must be undoable names
 // an undo the operator declared, and the rollback the caller requires is
 // one the plan provides.
+//
+// A required rollback that no step provides is repaired on the rollback of
+// the first step, in plan order, whose capability declares it, preferring
+// one whose own rollback fails and must be repaired anyway. That field
+// gets one hint, the required rollback, even when the step has a violation
+// of its own: the required rollback is among the capability's rollbacks,
+// so it repairs both, and no field is offered two suggestions. When no
+// step's capability declares it, the violation has no hint.
 func checkRollbackContract(e *evaluation) (Result, error) {
 	r := newRow(ContractRollback)
 	required := e.req.Context.RequiredRollback
+	missing := required != "" && !slices.ContainsFunc(e.req.Plan.Steps, func(s Step) bool { return s.Rollback == required })
+	carrier := -1 // the step whose rollback can carry the missing required rollback
+	if missing {
+		declares := func(s Step) bool {
+			c, ok := e.gov.Capability(s.Kind)
+			return ok && slices.Contains(c.Rollbacks, required)
+		}
+		// A step that must be repaired anyway comes first: its one hint
+		// then repairs both violations.
+		carrier = slices.IndexFunc(e.req.Plan.Steps, func(s Step) bool {
+			c, _ := e.gov.Capability(s.Kind)
+			return declares(s) && c.RequiresRollback && !slices.Contains(c.Rollbacks, s.Rollback)
+		})
+		if carrier < 0 {
+			carrier = slices.IndexFunc(e.req.Plan.Steps, declares)
+		}
+	}
 	applies := required != ""
+	carrierHinted := false
 	for i, s := range e.req.Plan.Steps {
 		c, ok := e.gov.Capability(s.Kind)
 		if !ok || !c.RequiresRollback {
@@ -22,17 +48,32 @@ func checkRollbackContract(e *evaluation) (Result, error) {
 			continue
 		}
 		msg := fmt.Sprintf("%s requires a rollback from its declared rollbacks; the step names %q", s.Kind, s.Rollback)
-		if len(c.Rollbacks) == 0 {
+		switch {
+		case len(c.Rollbacks) == 0:
 			r.fail(s.ID, stepField(i, "rollback"), msg+", and none are declared")
-		} else {
+		case i == carrier:
+			r.repairable(s.ID, stepField(i, "rollback"), msg, required)
+			carrierHinted = true
+		default:
 			r.repairable(s.ID, stepField(i, "rollback"), msg, c.Rollbacks[0])
 		}
 	}
 	if !applies {
 		return notApplicable(ContractRollback, "no step requires a rollback and none is required"), nil
 	}
-	if required != "" && !slices.ContainsFunc(e.req.Plan.Steps, func(s Step) bool { return s.Rollback == required }) {
-		r.fail("", "/context/required_rollback", fmt.Sprintf("required rollback %q is not the rollback of any step", required))
+	if missing {
+		const field = "/context/required_rollback"
+		msg := fmt.Sprintf("required rollback %q is not the rollback of any step", required)
+		switch {
+		case carrier < 0:
+			r.fail("", field, msg)
+		case carrierHinted:
+			// The carrier's own hint already sets its rollback to required.
+			r.covered("", field, msg)
+		default:
+			r.covered("", field, msg)
+			r.hints = append(r.hints, Hint{Field: stepField(carrier, "rollback"), Suggestion: required, Bounded: true})
+		}
 	}
 	return r.result(ReasonRollbackContractNotReady), nil
 }

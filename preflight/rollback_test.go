@@ -49,6 +49,69 @@ func TestRollbackContract(t *testing.T) {
 			want: failHead + `"repair_hints":[],
 				"evidence":{"violations":[{"field":"/context/required_rollback","message":"required rollback \"rb.cancel.mission\" is not the rollback of any step"}]}}`,
 		},
+		"required rollback declared but named by no step": {
+			req: func(r *Request) { r.Plan.Steps[1].Rollback = "rb.other" },
+			want: failHead + `"repair_hints":[{"field":"/plan/steps/1/rollback","suggestion":"rb.refund.void","bounded":true}],
+				"evidence":{"violations":[
+					{"step":"s2","field":"/plan/steps/1/rollback","message":"refund.create.v2 requires a rollback from its declared rollbacks; the step names \"rb.other\""},
+					{"field":"/context/required_rollback","message":"required rollback \"rb.refund.void\" is not the rollback of any step"}]}}`,
+		},
+		"required rollback is another declared rollback of the step": {
+			gov: addRollback("refund.create.v2", "rb.refund.reverse"),
+			req: func(r *Request) { r.Context.RequiredRollback = "rb.refund.reverse" },
+			want: failHead + `"repair_hints":[{"field":"/plan/steps/1/rollback","suggestion":"rb.refund.reverse","bounded":true}],
+				"evidence":{"violations":[{"field":"/context/required_rollback","message":"required rollback \"rb.refund.reverse\" is not the rollback of any step"}]}}`,
+		},
+		"undeclared rollback where another declared one is required": {
+			gov: addRollback("refund.create.v2", "rb.refund.reverse"),
+			req: func(r *Request) {
+				r.Plan.Steps[1].Rollback = "rb.other"
+				r.Context.RequiredRollback = "rb.refund.reverse"
+			},
+			want: failHead + `"repair_hints":[{"field":"/plan/steps/1/rollback","suggestion":"rb.refund.reverse","bounded":true}],
+				"evidence":{"violations":[
+					{"step":"s2","field":"/plan/steps/1/rollback","message":"refund.create.v2 requires a rollback from its declared rollbacks; the step names \"rb.other\""},
+					{"field":"/context/required_rollback","message":"required rollback \"rb.refund.reverse\" is not the rollback of any step"}]}}`,
+		},
+		"required rollback declared by a step that needs none": {
+			gov: addRollback("customer.read.v3", "rb.read.noop"),
+			req: func(r *Request) {
+				r.Plan.Steps = r.Plan.Steps[:1]
+				r.Context.RequiredRollback = "rb.read.noop"
+			},
+			want: failHead + `"repair_hints":[{"field":"/plan/steps/0/rollback","suggestion":"rb.read.noop","bounded":true}],
+				"evidence":{"violations":[{"field":"/context/required_rollback","message":"required rollback \"rb.read.noop\" is not the rollback of any step"}]}}`,
+		},
+		"required rollback hinted on the failing step that declares it": {
+			gov: addRollback("customer.read.v3", "rb.refund.void"),
+			req: func(r *Request) { r.Plan.Steps[1].Rollback = "rb.other" },
+			want: failHead + `"repair_hints":[
+					{"field":"/plan/steps/1/rollback","suggestion":"rb.refund.void","bounded":true}],
+				"evidence":{"violations":[
+					{"step":"s2","field":"/plan/steps/1/rollback","message":"refund.create.v2 requires a rollback from its declared rollbacks; the step names \"rb.other\""},
+					{"field":"/context/required_rollback","message":"required rollback \"rb.refund.void\" is not the rollback of any step"}]}}`,
+		},
+		"required rollback hinted on the first step that declares it": {
+			gov: addRollback("customer.read.v3", "rb.read.undo"),
+			req: func(r *Request) { r.Context.RequiredRollback = "rb.read.undo" },
+			want: failHead + `"repair_hints":[
+					{"field":"/plan/steps/0/rollback","suggestion":"rb.read.undo","bounded":true}],
+				"evidence":{"violations":[
+					{"field":"/context/required_rollback","message":"required rollback \"rb.read.undo\" is not the rollback of any step"}]}}`,
+		},
+		"required rollback hint dropped beside an unrepairable step": {
+			gov: func(g *Governance) {
+				addRollback("customer.read.v3", "rb.read.noop")(g)
+				c := g.Capabilities["refund.create.v2"]
+				c.Rollbacks = nil
+				g.Capabilities["refund.create.v2"] = c
+			},
+			req: func(r *Request) { r.Context.RequiredRollback = "rb.read.noop" },
+			want: failHead + `"repair_hints":[],
+				"evidence":{"violations":[
+					{"step":"s2","field":"/plan/steps/1/rollback","message":"refund.create.v2 requires a rollback from its declared rollbacks; the step names \"rb.refund.void\", and none are declared"},
+					{"field":"/context/required_rollback","message":"required rollback \"rb.read.noop\" is not the rollback of any step"}]}}`,
+		},
 		"required rollback alone applies": {
 			req: func(r *Request) { r.Plan.Steps = r.Plan.Steps[:1] },
 			want: failHead + `"repair_hints":[],
@@ -70,5 +133,14 @@ func TestRollbackContract(t *testing.T) {
 			}
 			assertJSON(t, got, tc.want)
 		})
+	}
+}
+
+// addRollback declares one more rollback for kind in the bundle.
+func addRollback(kind, rollback string) func(*Governance) {
+	return func(g *Governance) {
+		c := g.Capabilities[kind]
+		c.Rollbacks = append(c.Rollbacks, rollback)
+		g.Capabilities[kind] = c
 	}
 }

@@ -126,6 +126,14 @@ func TestEvaluateComposition(t *testing.T) {
 			}},
 			outcome: OutcomeRepairRequired, reason: ReasonRepairRequired,
 		},
+		"repair required when the step's rollback hint also provides the required rollback": {
+			evaluateCase: evaluateCase{req: func(r *Request) { r.Plan.Steps[1].Rollback = "rb.other" }},
+			outcome:      OutcomeRepairRequired, reason: ReasonRepairRequired,
+		},
+		"deny when no step can carry the required rollback": {
+			evaluateCase: evaluateCase{req: func(r *Request) { r.Context.RequiredRollback = "rb.cancel.mission" }},
+			outcome:      OutcomeDeny, reason: ReasonRollbackContractNotReady,
+		},
 		"deny with the first blocking reason when one has no hint": {
 			evaluateCase: evaluateCase{req: func(r *Request) {
 				r.Plan.Steps[1].Zone = "billing"
@@ -201,6 +209,14 @@ func TestEvaluateRows(t *testing.T) {
 		}}.run(t)
 		assertJSON(t, rowOf(d, ContractDecisionChainComplete), `{"contract":"decision_chain_complete","outcome":"fail","severity":"advisory",
 			"reason":"contract: chain_unverifiable_offline","repair_hints":[],"evidence":{"unverifiable_offline":["au_missing0000000000"]}}`)
+	})
+	t.Run("rollback row with one hint for two violations", func(t *testing.T) {
+		d := evaluateCase{req: func(r *Request) { r.Plan.Steps[1].Rollback = "rb.other" }}.run(t)
+		if d.Outcome != OutcomeRepairRequired {
+			t.Fatalf("outcome = %s (%s), want repair_required", d.Outcome, d.Reason)
+		}
+		assertJSON(t, rowOf(d, ContractRollback).RepairHints,
+			`[{"field":"/plan/steps/1/rollback","suggestion":"rb.refund.void","bounded":true}]`)
 	})
 	t.Run("resolver error row", func(t *testing.T) {
 		d := evaluateCase{chain: mapChain{err: errors.New("wal: closed")}, req: func(r *Request) {
