@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -178,6 +180,11 @@ type Request struct {
 	// BodyErr, when set, says the body could not be read whole; the gate
 	// denies a gated call it cannot read.
 	BodyErr error
+	// OriginErr, when set, says the original method and path could not be
+	// told for certain (a forward-auth check whose headers disagree); the
+	// gate denies the request, whatever method and path it names, as
+	// gate: malformed_tool_call.
+	OriginErr error
 	// Principal is the mTLS peer principal, when there is one.
 	Principal string
 }
@@ -308,9 +315,15 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
-	c.gated = r.Method == http.MethodPost && pathOnly(r.Path) == g.o.Path
+	c.gated = r.Method == http.MethodPost && g.gatesPath(r.Path)
+	if r.OriginErr != nil {
+		// The proxy described the original request two ways: check it
+		// as the tool call it may be, and refuse it as unreadable.
+		c.gated = true
+		c.contract, c.errDetail = reasonMalformedCall, r.OriginErr
+	}
 	d.Gated = c.gated
-	if c.gated {
+	if c.gated && c.contract == "" {
 		if err := g.readCall(c); err != nil {
 			c.contract = reasonMalformedCall
 			c.errDetail = err
@@ -410,6 +423,24 @@ func (g *Gate) auditID(c *call) string {
 		return g.o.NewID()
 	}
 	return ""
+}
+
+// gatesPath reports whether the request path p names the gate path. It
+// compares what a tool runtime's router would route: the path without its
+// query, percent-decoded, with empty and dot segments resolved and no
+// trailing slash, in any letter case. So /v1/to%6Fl, /v1//tool, /v1/tool/
+// and /V1/TOOL are all checked rather than waved through; a path that does
+// not decode is checked too.
+func (g *Gate) gatesPath(p string) bool {
+	p = pathOnly(p)
+	if p == g.o.Path {
+		return true
+	}
+	decoded, err := url.PathUnescape(p)
+	if err != nil {
+		return true
+	}
+	return strings.EqualFold(path.Clean("/"+decoded), path.Clean("/"+g.o.Path))
 }
 
 func pathOnly(p string) string {

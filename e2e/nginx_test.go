@@ -221,5 +221,24 @@ func TestDeployNginx(t *testing.T) {
 	l.expect(t, main, main.api, dpEntry{step: "a replay resending the first call's request id", kind: dpShellKind,
 		reason: dpReplay, auditID: p.AuditID,
 		res: main.call(t, dpCall{kind: dpShellKind, preflightID: p.PreflightID, requestID: first.requestID})})
+
+	// A client that sends its own X-Forwarded-Method/-Uri to pass its tool
+	// call off as a GET is still checked: nginx clears them on the auth
+	// subrequest, and the check refuses two pairs that disagree anyway.
+	req, err := http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(dpKindHdr, dpShellKind)
+	req.Header.Set("X-Forwarded-Method", "GET")
+	req.Header.Set("X-Forwarded-Uri", "/")
+	resp, err := dpNoRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a tool call without a preflight, with the client's X-Forwarded-*: status %d, want 403", resp.StatusCode)
+	}
 	l.verify(t, main, st.rt)
 }

@@ -48,7 +48,10 @@ func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
 	w.Write(d.DenyBody())
 }
 
-var errBodyTooLarge = errors.New("extauthz: request body over the limit")
+var (
+	errBodyTooLarge   = errors.New("extauthz: request body over the limit")
+	errOriginConflict = errors.New("extauthz: X-Forwarded-Method/-Uri and X-Original-Method/-URI name different requests")
+)
 
 // RequestFromHTTP builds the gate's view of a check arriving over HTTP. The
 // original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
@@ -56,6 +59,8 @@ var errBodyTooLarge = errors.New("extauthz: request body over the limit")
 // otherwise from the request itself, with the /v1/authz prefix removed
 // (Envoy http_service with path_prefix /v1/authz). A forwarded URI without
 // a forwarded method is taken as a POST, so it is checked, never assumed safe.
+// When both pairs are present and disagree, the gate refuses the request
+// (gate: malformed_tool_call): one of them may come from the client.
 //
 // A body that cannot be read, or is over maxBody, is recorded in BodyErr and
 // the gate denies the call.
@@ -65,10 +70,21 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 		headers[strings.ToLower(k)] = strings.Join(vs, ",")
 	}
 	method, uri := r.Method, strings.TrimPrefix(r.URL.RequestURI(), HTTPPrefix)
-	if m, u := headers["x-forwarded-method"], headers["x-forwarded-uri"]; m != "" || u != "" {
-		method, uri = m, u
-	} else if m, u := headers["x-original-method"], headers["x-original-uri"]; m != "" || u != "" {
-		method, uri = m, u
+	fm, fu := headers["x-forwarded-method"], headers["x-forwarded-uri"]
+	om, ou := headers["x-original-method"], headers["x-original-uri"]
+	forwarded, original := fm != "" || fu != "", om != "" || ou != ""
+	var originErr error
+	switch {
+	case forwarded:
+		method, uri = fm, fu
+		// A proxy sets one pair and passes the client's headers on, so a
+		// second pair that tells another story may be the client's: the
+		// request is refused rather than checked as either.
+		if original && (fm != om || fu != ou) {
+			originErr = errOriginConflict
+		}
+	case original:
+		method, uri = om, ou
 	}
 	if method == "" {
 		// A forward-auth proxy named the URI but not the method. Its own
@@ -84,7 +100,7 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	if parsed, err := url.ParseRequestURI(uri); err == nil {
 		uri = parsed.RequestURI()
 	}
-	req := &binding.Request{Method: method, Path: uri, Headers: headers}
+	req := &binding.Request{Method: method, Path: uri, Headers: headers, OriginErr: originErr}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		req.Principal = principalOf(r.TLS.PeerCertificates[0])
 	}

@@ -148,6 +148,28 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 			map[string]string{"X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell"}, nil, 403, preflight.ReasonPreflightRequired},
 		"gated path with a query": {http.MethodPost, "/v1/authz/v1/tool?x=1",
 			map[string]string{"Content-Type": "application/json"}, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		// Behind nginx (which sets X-Original-*) a client may send its own
+		// X-Forwarded-* to make a tool call look like a GET: two pairs that
+		// disagree are refused, whichever says what.
+		"client's X-Forwarded-* beside nginx's X-Original-*": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Original-Method": "POST", "X-Original-URI": "/v1/tool", "X-Tool-Kind": "tool.shell",
+				"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/"}, nil, 403, "gate: malformed_tool_call"},
+		"client's X-Original-* beside Caddy's X-Forwarded-*": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell",
+				"X-Original-Method": "GET", "X-Original-URI": "/"}, nil, 403, "gate: malformed_tool_call"},
+		"both pairs agreeing": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell",
+				"X-Original-Method": "POST", "X-Original-URI": "/v1/tool"}, nil, 403, preflight.ReasonPreflightRequired},
+		// Paths a runtime's router takes for the gated one are gated.
+		"gated path percent-encoded": {http.MethodPost, "/v1/authz/v1/to%6Fl",
+			nil, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path with a trailing slash": {http.MethodPost, "/v1/authz/v1/tool/",
+			nil, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path with an empty segment": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1//tool"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path in capitals": {http.MethodPost, "/v1/authz/V1/TOOL",
+			nil, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
 	}
 	for name, tc := range cases {
 		for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
