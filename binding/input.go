@@ -6,7 +6,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
-	"github.com/contractrefine/autonomy/wal"
 )
 
 // valuePolicy is a Policy that takes its input as an OPA value and says
@@ -16,12 +15,6 @@ import (
 type valuePolicy interface {
 	AllowValue(ctx context.Context, input ast.Value) (bool, string, error)
 	ReadsInput(key string) bool
-}
-
-// frameQueue is a Store that can queue a frame without waiting for it;
-// *wal.DB implements it (see record for when the gate uses it).
-type frameQueue interface {
-	Enqueue(in wal.FrameInput) error
 }
 
 // decisionCacheSize bounds the decisions kept for policies that read

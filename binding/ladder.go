@@ -240,19 +240,13 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 	return attrs
 }
 
-// record writes the decision frame. An allow waits until its frame is
-// durable, and a write failure turns it into a 503 deny. A deny changes no
-// state, so its frame is queued to share the next commit and the deny is
-// answered at once (wal/doc.go, "Frames that change no state"); when the
-// log cannot take the frame now (closed, file gone, last commit failed) the
-// deny waits for a durable write like an allow, and reports its failure
-// with 503 as before.
+// record writes the decision frame and returns d once the frame is durable:
+// an allow, and a deny too, whose audit id the caller may look up at once
+// and which a crash must not lose (wal/doc.go, "Durable before answered").
+// Concurrent decisions share commits. A write failure turns any decision
+// into a 503 deny.
 func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
-	in := g.frame(c, &d, now)
-	if q, ok := g.o.Store.(frameQueue); ok && !d.Allowed && q.Enqueue(in) == nil {
-		return d
-	}
-	if _, err := g.o.Store.AppendDecision(ctx, in); err != nil {
+	if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
 		return g.unavailable(d)
 	}
@@ -277,8 +271,13 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
 		// The consume and its decision frame failed together; record the
-		// refusal on its own, in case the log takes that write.
-		return g.record(ctx, c, g.unavailable(d), now)
+		// refusal on its own, in case the log takes that write. When it
+		// does not, the error just logged is the cause: one line is enough.
+		d = g.unavailable(d)
+		if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+			g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
+		}
+		return d
 	}
 	return final
 }

@@ -215,12 +215,24 @@ func TestReplayDeniedAcrossCacheExpiryStopAndKill(t *testing.T) {
 	wantDeny(t, checkEcho(t, authz2, d.PreflightID, "req-after-stop"), codes.PermissionDenied, 403, "contract: preflight_replay")
 	wantAllow(t, checkEcho(t, authz2, d.PreflightID, "req-1"), d.AuditID)
 
-	// SIGKILL: no graceful close, the consume must already be on disk.
+	// SIGKILL: no graceful close, the consume must already be on disk, and
+	// so must the deny answered just before the kill.
 	d2 := passPreflight(t, s2, "session:core-2")
 	wantAllow(t, checkEcho(t, authz2, d2.PreflightID, "req-k1"), d2.AuditID)
+	wantDeny(t, checkEcho(t, authz2, d2.PreflightID, "req-k2"), codes.PermissionDenied, 403, "contract: preflight_replay")
 	s2.Kill()
 	s3 := s2.Restart()
 	authz3 := s3.Authz(t)
+	killedDeny := false
+	for _, f := range auditFrames(t, s3, d2.AuditID) {
+		var outcome, rid string
+		f.Attr("outcome", &outcome)
+		f.Attr("request_id", &rid)
+		killedDeny = killedDeny || f.Kind == wal.KindDecision && outcome == "deny" && rid == "req-k2"
+	}
+	if !killedDeny {
+		t.Errorf("audit %s: the deny answered just before SIGKILL (req-k2) has no decision frame", d2.AuditID)
+	}
 	wantDeny(t, checkEcho(t, authz3, d2.PreflightID, "req-after-kill"), codes.PermissionDenied, 403, "contract: preflight_replay")
 	wantDeny(t, checkEcho(t, authz3, d.PreflightID, "req-after-kill"), codes.PermissionDenied, 403, "contract: preflight_replay")
 

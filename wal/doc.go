@@ -96,47 +96,23 @@
 // function fails, its transaction is rolled back and the others are retried
 // without it, so a function may run more than once and must act only through
 // the transaction it is given. A commit that fails fails exactly the writes
-// that were in it. AppendDecision, Enqueue and RecordPreflight put attrs in
+// that were in it. AppendDecision and RecordPreflight put attrs in
 // canonical form (and pack them) in the writer's goroutine, before queueing,
 // so the one loop every writer waits on spends its time on bbolt.
 //
-// # Frames that change no state
+// # Durable before answered
 //
-// The rule: a frame whose answer is an allow, and every frame written with a
-// state change (a preflight with its binding, session and idempotency
-// records; a consumed marker with its frame and the decision that goes with
-// it), is durable before the answer is sent. A decision frame whose answer
-// is a deny changes no state; the gate queues it with Enqueue and answers at
-// once. The frame joins the same queue in order, so it shares the next
-// commit with whatever is waiting and costs no fsync of its own; the deny no
-// longer waits for one (measured in docs/PERFORMANCE.md).
-//
-// When the queue holds only such frames and no writer waits, the commit
-// loop holds the commit for up to Options.QueuedDelay (2 ms) to gather
-// more, so that a flood of denies shares a few commits instead of paying
-// two fdatasyncs per handful. A writer that waits ends the hold at once (it
-// never waits on the timer, and a lone one still pays exactly one commit),
-// and so do Flush and Close.
-//
-// Why this loses nothing that matters:
-//   - Nothing is decided from deny frames: the ladder reads bindings and
-//     consumed markers, never decision frames, so a missing deny frame can
-//     change no later answer, and a deny that is repeated is a deny again.
-//   - Close commits every queued frame before it returns (graceful
-//     shutdown loses none), and Flush, which the audit read calls, waits for
-//     the frames queued before it, so whoever saw a deny and then reads the
-//     audit trail finds its frame.
-//   - A SIGKILL or power cut can lose only the deny frames queued since
-//     the last commit that completed (at most QueuedDelay plus one commit's
-//     time of them): frames of answers that were denies and changed no
-//     state. The hash chain stays whole (a frame is in the chain
-//     only once committed), so Verify still proves the log.
-//   - A write failure can never produce an allow: allows still wait for
-//     their frame and become 503 when it fails. Enqueue refuses (and the
-//     gate then waits for a durable write and answers 503, as before) once
-//     the file is removed or replaced or the last commit failed; only a deny
-//     whose own commit is the first to fail is answered 403 rather than 503,
-//     and it was a deny either way.
+// Every write is durable before its caller is answered: a preflight with
+// its binding, session and idempotency records; a consumed marker with its
+// frame and the decision that goes with it; and every other decision
+// frame, a deny's included. A deny changes no state, but its answer hands
+// out an audit id the caller may look up at once, and a crash right after
+// the answer must not lose the decision (SPEC §5.5: every gated request
+// writes one autonomy.decision frame). What keeps denies cheap is group
+// commit, not skipping the wait: writers that arrive while a commit runs
+// share the next one, so under load a commit carries dozens of decisions
+// for its two fdatasyncs, and a lone writer still pays exactly one commit,
+// with no timer (measured in docs/PERFORMANCE.md).
 //
 // # Retention
 //

@@ -315,9 +315,6 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 // AuditFrames returns the autonomy.preflight and autonomy.decision frames
 // under auditID, sorted by timestamp ascending, seq breaking ties.
 func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) {
-	if err := db.Flush(ctx); err != nil {
-		return nil, err
-	}
 	var out []Frame
 	err := db.View(func(tx *Tx) error {
 		return tx.eachAudit(auditID, func(f Frame) (bool, error) {

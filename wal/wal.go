@@ -67,11 +67,6 @@ type Options struct {
 	// OnCommit, when set, is called after every commit attempt with the
 	// number of writes in it, how long it took and its error.
 	OnCommit func(writes int, took time.Duration, err error)
-	// QueuedDelay is how long a commit holding only frames queued by
-	// Enqueue (no writer waits on it) may wait for more before it is made;
-	// a writer that waits ends the wait at once. Zero means 2 ms; negative
-	// commits queued frames at once.
-	QueuedDelay time.Duration
 	// CompactChunk caps how many frames one compaction transaction removes,
 	// so compaction never holds the commit loop for long. Zero means 256.
 	CompactChunk int
@@ -93,14 +88,8 @@ type DB struct {
 	head chainPoint
 	ino  fileID
 
-	// queued counts writes queued by Enqueue and not yet committed or
-	// failed; Flush waits only when it is non-zero.
-	queued atomic.Int64
 	// poisoned is set once bbolt panicked or faulted on the file (open.go).
 	poisoned atomic.Bool
-	// lastErr is the error of the most recent commit, nil after a commit
-	// that succeeded. Enqueue refuses while it is set.
-	lastErr atomic.Pointer[error]
 }
 
 type chainPoint struct {
@@ -108,24 +97,14 @@ type chainPoint struct {
 	Hash string `json:"hash"`
 }
 
-// write is one queued write. done is nil for a write queued by Enqueue,
-// whose caller does not wait.
+// write is one queued write; its caller waits on done.
 type write struct {
 	fn   func(*Tx) error
 	done chan error
 }
 
 // answer tells the writer how its write ended.
-func (db *DB) answer(w *write, err error) {
-	if w.done != nil {
-		w.done <- err
-		return
-	}
-	db.queued.Add(-1)
-	if err != nil {
-		db.log.Error("wal: queued frame lost", "err", err)
-	}
-}
+func (db *DB) answer(w *write, err error) { w.done <- err }
 
 // Open opens or creates the log at dir/wal.db.
 func Open(dir string, opts *Options) (*DB, error) {
@@ -138,9 +117,6 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 512
-	}
-	if o.QueuedDelay == 0 {
-		o.QueuedDelay = 2 * time.Millisecond
 	}
 	if o.OpenTimeout <= 0 {
 		o.OpenTimeout = time.Second
@@ -239,8 +215,6 @@ func (db *DB) View(fn func(*Tx) error) error {
 func (db *DB) loop() {
 	defer close(db.done)
 	batch := make([]*write, 0, db.opts.MaxBatch)
-	hold := time.NewTimer(time.Hour)
-	hold.Stop()
 	for {
 		var first *write
 		select {
@@ -255,11 +229,7 @@ func (db *DB) loop() {
 				db.commit(batch)
 			}
 		}
-		batch = db.take(append(batch[:0], first))
-		if len(batch) < db.opts.MaxBatch && !waits(batch) {
-			batch = db.gather(batch, hold)
-		}
-		db.commit(batch)
+		db.commit(db.take(append(batch[:0], first)))
 	}
 }
 
@@ -271,45 +241,6 @@ func (db *DB) take(batch []*write) []*write {
 		case w := <-db.queue:
 			batch = append(batch, w)
 		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// waits reports whether a writer waits on the batch's commit.
-func waits(batch []*write) bool {
-	for _, w := range batch {
-		if w.done != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// gather holds a commit that no writer waits on (queued deny frames only)
-// for up to QueuedDelay, taking what is queued meanwhile. It ends at once
-// when a writer that waits arrives, when the batch is full or when the log
-// is closing: a waiting writer never waits on the timer, and a lone one
-// pays exactly one commit. Holding costs no answer anything (the frames'
-// callers were answered when they queued them); it spares a commit, with
-// its two fdatasyncs, per few denies under a flood of them.
-func (db *DB) gather(batch []*write, hold *time.Timer) []*write {
-	if db.opts.QueuedDelay <= 0 {
-		return batch
-	}
-	hold.Reset(db.opts.QueuedDelay)
-	defer hold.Stop()
-	for len(batch) < db.opts.MaxBatch {
-		select {
-		case w := <-db.queue:
-			batch = append(batch, w)
-			if w.done != nil {
-				return batch
-			}
-		case <-hold.C:
-			return batch
-		case <-db.stop:
 			return batch
 		}
 	}
@@ -367,7 +298,6 @@ func (db *DB) commit(batch []*write) {
 		switch {
 		case err == nil:
 			db.head = head
-			db.lastErr.Store(nil)
 			for _, w := range batch {
 				db.answer(w, nil)
 			}
@@ -378,7 +308,6 @@ func (db *DB) commit(batch []*write) {
 		default:
 			db.log.Error("wal commit failed", "writes", len(batch), "err", err)
 			err = fmt.Errorf("wal commit: %w", err)
-			db.lastErr.Store(&err)
 			for _, w := range batch {
 				db.answer(w, err)
 			}

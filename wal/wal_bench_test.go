@@ -84,29 +84,6 @@ func randomID() string {
 	return "au_" + base64.RawURLEncoding.EncodeToString(r[:])
 }
 
-// BenchmarkEnqueue measures deny frames queued without waiting (the rule
-// for decision frames that change no state, see the package doc), by 1 and
-// 64 writers. Close is inside the timer: the benchmark ends when every frame
-// is durable.
-func BenchmarkEnqueue(b *testing.B) {
-	for _, writers := range []int{1, 64} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			db, err := Open(b.TempDir(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			benchutil.Parallel(b, writers, func(i int) error {
-				return db.Enqueue(FrameInput{Kind: KindDecision, AuditID: "au_bench", Time: t0, Attrs: decisionAttrs(i)})
-			})
-			if err := db.Close(); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-}
-
 // BenchmarkConsume measures the durable consume of a fresh one-step
 // preflight (the allow path's write) by 1 and 64 writers.
 func BenchmarkConsume(b *testing.B) {
