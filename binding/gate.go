@@ -108,8 +108,10 @@ type Options struct {
 
 // Gate runs the decision for gated requests. It is safe for concurrent use.
 type Gate struct {
-	o     Options
-	cache *expirable.LRU[string, *entry]
+	o Options
+	// routedPath is o.Path as gatesPath compares paths: cleaned.
+	routedPath string
+	cache      *expirable.LRU[string, *entry]
 	// decisions holds preflight decisions as OPA values, for policies that
 	// read input.preflight.
 	decisions *expirable.LRU[string, ast.Value]
@@ -156,7 +158,7 @@ func New(o Options) *Gate {
 	}
 	o.KindHeader = strings.ToLower(o.KindHeader)
 	o.ActorHeader = strings.ToLower(o.ActorHeader)
-	g := &Gate{o: o}
+	g := &Gate{o: o, routedPath: path.Clean("/" + o.Path)}
 	var onEvict func(string, *entry)
 	if o.Observer != nil {
 		onEvict = func(string, *entry) { o.Observer.CacheEvicted() }
@@ -440,7 +442,7 @@ func (g *Gate) gatesPath(p string) bool {
 	if err != nil {
 		return true
 	}
-	return strings.EqualFold(path.Clean("/"+decoded), path.Clean("/"+g.o.Path))
+	return strings.EqualFold(path.Clean("/"+decoded), g.routedPath)
 }
 
 func pathOnly(p string) string {

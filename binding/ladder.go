@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -53,9 +52,10 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 	}
 	r := g.consumeRequest(c, now)
 	// Arguments that no step of the kind was preflighted with are a
-	// mismatch (rung 4) before the expiry of rung 5: a property of the
-	// binding, no store needed.
-	if !slices.ContainsFunc(b.Steps, func(s preflight.BoundStep) bool { return r.Matches(&s) }) {
+	// mismatch (rung 4), found before the expiry of rung 5: a property of
+	// the binding, which the entry answers without the store.
+	status, known := c.bound.knownPlan(&r)
+	if known && status == wal.Mismatch {
 		c.contract = preflight.ReasonBindingMismatch
 		return
 	}
@@ -63,7 +63,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = preflight.ReasonExpired
 		return
 	}
-	if status, ok := c.bound.knownPlan(&r); ok {
+	if known {
 		c.contract = planContract(status)
 		return
 	}

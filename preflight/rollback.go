@@ -20,24 +20,25 @@ func checkRollbackContract(e *evaluation) (Result, error) {
 	r := newRow(ContractRollback)
 	required := e.req.Context.RequiredRollback
 	missing := required != "" && !slices.ContainsFunc(e.req.Plan.Steps, func(s Step) bool { return s.Rollback == required })
-	carrier := -1 // the step whose rollback can carry the missing required rollback
+	// carrier is the step whose rollback can carry the missing required
+	// rollback. A step that must be repaired anyway comes first (carrierFails):
+	// its one hint then repairs both violations.
+	carrier, carrierFails := -1, false
 	if missing {
-		declares := func(s Step) bool {
+		declares := func(s Step) (Capability, bool) {
 			c, ok := e.gov.Capability(s.Kind)
-			return ok && slices.Contains(c.Rollbacks, required)
+			return c, ok && slices.Contains(c.Rollbacks, required)
 		}
-		// A step that must be repaired anyway comes first: its one hint
-		// then repairs both violations.
 		carrier = slices.IndexFunc(e.req.Plan.Steps, func(s Step) bool {
-			c, _ := e.gov.Capability(s.Kind)
-			return declares(s) && c.RequiresRollback && !slices.Contains(c.Rollbacks, s.Rollback)
+			c, ok := declares(s)
+			return ok && c.RequiresRollback && !slices.Contains(c.Rollbacks, s.Rollback)
 		})
-		if carrier < 0 {
-			carrier = slices.IndexFunc(e.req.Plan.Steps, declares)
+		carrierFails = carrier >= 0
+		if !carrierFails {
+			carrier = slices.IndexFunc(e.req.Plan.Steps, func(s Step) bool { _, ok := declares(s); return ok })
 		}
 	}
 	applies := required != ""
-	carrierHinted := false
 	for i, s := range e.req.Plan.Steps {
 		c, ok := e.gov.Capability(s.Kind)
 		if !ok || !c.RequiresRollback {
@@ -53,7 +54,6 @@ func checkRollbackContract(e *evaluation) (Result, error) {
 			r.fail(s.ID, stepField(i, "rollback"), msg+", and none are declared")
 		case i == carrier:
 			r.repairable(s.ID, stepField(i, "rollback"), msg, required)
-			carrierHinted = true
 		default:
 			r.repairable(s.ID, stepField(i, "rollback"), msg, c.Rollbacks[0])
 		}
@@ -67,7 +67,7 @@ func checkRollbackContract(e *evaluation) (Result, error) {
 		switch {
 		case carrier < 0:
 			r.fail("", field, msg)
-		case carrierHinted:
+		case carrierFails:
 			// The carrier's own hint already sets its rollback to required.
 			r.covered("", field, msg)
 		default:

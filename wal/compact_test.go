@@ -144,8 +144,8 @@ func TestCompactRemovesExactlyTheExpiredPrefix(t *testing.T) {
 			}
 			// s1's only attempt is gone; s2 keeps its full count because E stays.
 			for session, want := range map[string]int{"s1": 0, "s2": 3, "s3": 1} {
-				if n, _ := db.SessionAttempts(ctx, sessionKeyOf(session)); n != want {
-					t.Errorf("session %s attempts = %d, want %d", session, n, want)
+				if s, _ := db.Session(ctx, sessionKeyOf(session)); s.Attempts != want {
+					t.Errorf("session %s attempts = %d, want %d", session, s.Attempts, want)
 				}
 			}
 			if frames, _ := db.AuditFrames(ctx, "au_pf_A"); len(frames) != 0 {

@@ -260,12 +260,6 @@ func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
 	return a, f, nil
 }
 
-// SessionAttempts returns how many preflights the session has recorded.
-func (db *DB) SessionAttempts(ctx context.Context, key string) (int, error) {
-	s, err := db.Session(ctx, key)
-	return s.Attempts, err
-}
-
 // Session returns what the log knows of a repair session; a session it has
 // never seen is the zero Session.
 func (db *DB) Session(ctx context.Context, key string) (Session, error) {

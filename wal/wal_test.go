@@ -73,8 +73,8 @@ func TestRecordAndLookUp(t *testing.T) {
 	if _, err := db.Binding(ctx, "pf_unknown"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
-	if n, _ := db.SessionAttempts(ctx, "session:001\x00plan-1"); n != 1 {
-		t.Fatalf("session attempts = %d", n)
+	if s, _ := db.Session(ctx, "session:001\x00plan-1"); s.Attempts != 1 {
+		t.Fatalf("session attempts = %d", s.Attempts)
 	}
 	rec, err := db.Idempotency(ctx, "t\x00idem-pf_one")
 	if err != nil || rec.PreflightID != "pf_one" {

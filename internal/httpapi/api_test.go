@@ -59,8 +59,8 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if n := f.frames(); n != 0 {
 		t.Fatalf("dry runs wrote %d frames", n)
 	}
-	if n, _ := f.db.SessionAttempts(t.Context(), `["session:read","plan-read-v1"]`); n != 0 {
-		t.Errorf("dry runs counted %d session attempts", n)
+	if s, _ := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); s.Attempts != 0 {
+		t.Errorf("dry runs counted %d session attempts", s.Attempts)
 	}
 
 	// The budget is whole: the real first attempt is attempt 1.
@@ -121,8 +121,8 @@ func TestIdempotentReplay(t *testing.T) {
 		t.Errorf("replay after the deadline: status %d %s", late.status, late.body)
 	}
 	// A session attempt is spent once, by the decision, not by replays.
-	if n, _ := f.db.SessionAttempts(t.Context(), `["session:001","plan-882-v1"]`); n != 1 {
-		t.Errorf("session attempts %d, want 1", n)
+	if s, _ := f.db.Session(t.Context(), `["session:001","plan-882-v1"]`); s.Attempts != 1 {
+		t.Errorf("session attempts %d, want 1", s.Attempts)
 	}
 	if got := f.frames(); got != frames {
 		t.Errorf("replays wrote %d frames", got-frames)
@@ -321,8 +321,8 @@ func TestRepairBudget(t *testing.T) {
 		if !slices.Equal(attempts, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
 			t.Errorf("attempts %v: two submissions read the same budget", attempts)
 		}
-		if got, _ := f.db.SessionAttempts(t.Context(), `["session:read","plan-read-v1"]`); got != n {
-			t.Errorf("session attempts %d, want %d", got, n)
+		if got, _ := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); got.Attempts != n {
+			t.Errorf("session attempts %d, want %d", got.Attempts, n)
 		}
 	})
 }

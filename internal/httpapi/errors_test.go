@@ -279,9 +279,9 @@ func TestClosedWALRecordsNothing(t *testing.T) {
 	if seq, _ := db.Head(); seq != 1 {
 		t.Errorf("after reopening, the WAL holds %d frames, want the 1 recorded before it closed", seq)
 	}
-	n, err := db.SessionAttempts(t.Context(), `["session:read","plan-read-v1"]`)
-	if err != nil || n != 1 {
-		t.Errorf("session attempts %d (%v), want 1", n, err)
+	s, err := db.Session(t.Context(), `["session:read","plan-read-v1"]`)
+	if err != nil || s.Attempts != 1 {
+		t.Errorf("session attempts %d (%v), want 1", s.Attempts, err)
 	}
 	if _, err := db.Idempotency(t.Context(), `["tenant:demo","user:example","idem_refund_case_882"]`); err == nil {
 		t.Errorf("an idempotency key was recorded by a request that got 503")
