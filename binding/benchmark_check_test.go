@@ -1,7 +1,10 @@
 package binding_test
 
 import (
+	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -69,6 +72,39 @@ func BenchmarkCheckReplay(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCacheFootprint is the heap one cached binding holds: n one-step
+// bindings looked up once each into an empty cache (by a Check naming
+// another kind, which caches the binding and consumes nothing), the live
+// heap read after a collection before and after. Each id is a fresh string,
+// as a request's header is.
+func BenchmarkCacheFootprint(b *testing.B) {
+	const n = 20000
+	e := newEnvWAL(b, loadTestBundle(b), binding.ModeEnforce, &wal.Options{NoSync: true})
+	pfs := recordMany(b, e, n)
+	var perBinding float64
+	b.ResetTimer()
+	for range b.N {
+		g := binding.New(e.opts)
+		before := liveHeap()
+		for i := range pfs {
+			r := toolCall("tool.shell", nil, withID(strings.Clone(pfs[i].PreflightID), "warm"))
+			if d := g.Check(context.Background(), r); d.Reason != preflight.ReasonBindingMismatch {
+				b.Fatalf("lookup %d: %+v", i, d)
+			}
+		}
+		perBinding = float64(liveHeap()-before) / n
+		runtime.KeepAlive(g)
+	}
+	b.ReportMetric(perBinding, "B/binding")
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
 
 // recordMany records n one-step tool.echo preflights, from many writers so

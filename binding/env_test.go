@@ -146,6 +146,7 @@ type env struct {
 	policy atomic.Pointer[binding.Policy]
 	obs    *countObserver
 	gate   *binding.Gate
+	opts   binding.Options // what gate was built with
 	nextID atomic.Int64
 }
 
@@ -177,6 +178,7 @@ func newEnvWAL(t testing.TB, b *bundle.Bundle, mode binding.Mode, walOpts *wal.O
 	for _, f := range opts {
 		f(&o)
 	}
+	e.opts = o
 	e.gate = binding.New(o)
 	return e
 }
@@ -212,7 +214,11 @@ func (e *env) record(outcome preflight.Outcome, actor string, steps ...preflight
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: b, Decision: b.Decision, Time: now}); err != nil {
+	raw, err := d.CanonicalJSON()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: b, Decision: raw, Time: now}); err != nil {
 		e.t.Fatal(err)
 	}
 	return b

@@ -12,9 +12,10 @@ import (
 	"path"
 	"regexp"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -111,21 +112,23 @@ type Gate struct {
 	o Options
 	// routedPath is o.Path as gatesPath compares paths: cleaned.
 	routedPath string
-	cache      *expirable.LRU[string, *entry]
+	cache      *lru.Cache[string, *entry]
 	// decisions holds preflight decisions as OPA values, for policies that
 	// read input.preflight.
 	decisions *expirable.LRU[string, ast.Value]
 }
 
-// entry is a cached binding. until is when the entry stops being served:
-// min(TTL ceiling, the binding's expiry).
-// The binding is kept without its decision JSON (see decisionCacheSize).
+// entry is a cached binding. until is when the entry stops being served,
+// in Unix nanoseconds: min(TTL ceiling, the binding's expiry).
+// The binding holds no decision JSON (see decisionCacheSize).
+// The cache holds up to Options.CacheSize of these, so the fields are kept
+// small: BenchmarkCacheFootprint measures one.
 type entry struct {
 	b     preflight.Binding
-	until time.Time
-
-	mu    sync.Mutex
-	spent []spentStep // per step; nil until a step is known consumed
+	until int64
+	// spent has one element per step, nil until a step is known consumed.
+	// It is replaced, never changed in place (spent.go).
+	spent atomic.Pointer[[]spentStep]
 }
 
 // New returns a Gate.
@@ -163,7 +166,7 @@ func New(o Options) *Gate {
 	if o.Observer != nil {
 		onEvict = func(string, *entry) { o.Observer.CacheEvicted() }
 	}
-	g.cache = expirable.NewLRU[string, *entry](o.CacheSize, onEvict, o.CacheTTL)
+	g.cache, _ = lru.NewWithEvict[string, *entry](o.CacheSize, onEvict)
 	g.decisions = expirable.NewLRU[string, ast.Value](min(o.CacheSize, decisionCacheSize), nil, o.CacheTTL)
 	return g
 }
@@ -281,9 +284,6 @@ type call struct {
 	headerID  string
 	hasHeader bool
 	bound     *entry
-	// decision is the bound preflight's decision JSON when the lookup read
-	// it from the store (nil on a cache hit).
-	decision  json.RawMessage
 	policy    Policy // the bundle this call is decided under, for its revision
 	contract  string // first contract failure reason
 	status    int    // 503 when the ladder could not decide

@@ -67,11 +67,11 @@ func (e *benchEnv) benchDecision(b *testing.B) (*preflight.Request, []byte) {
 		b.Fatalf("decision %+v, %v", d, err)
 	}
 	d.PreflightID, d.AuditID = ids.Preflight(), ids.Audit()
-	bind, err := preflight.BindingOf(req, d, e.now.Add(time.Hour))
+	raw, err := d.CanonicalJSON()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return req, bind.Decision
+	return req, raw
 }
 
 // preflights records n one-step tool.echo preflights (big commits, not
@@ -93,8 +93,12 @@ func (e *benchEnv) preflights(b *testing.B, n int, warm bool) []string {
 		if err != nil {
 			b.Fatal(err)
 		}
+		raw, err := d.CanonicalJSON()
+		if err != nil {
+			b.Fatal(err)
+		}
 		idList[i] = d.PreflightID
-		recs[i] = wal.PreflightRecord{Binding: bind, Decision: bind.Decision, Time: e.now}
+		recs[i] = wal.PreflightRecord{Binding: bind, Decision: raw, Time: e.now}
 	}
 	const chunk = 2000
 	for start := 0; start < n; start += chunk {
@@ -113,7 +117,7 @@ func (e *benchEnv) preflights(b *testing.B, n int, warm bool) []string {
 	}
 	if warm {
 		for _, id := range idList {
-			if _, _, err := e.gate.lookup(context.Background(), id, e.now); err != nil {
+			if _, err := e.gate.lookup(context.Background(), id, e.now); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -111,17 +111,12 @@ func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
 	return v, nil
 }
 
-// decisionDoc is c's preflight decision decoded into Go values: from the
-// bytes the lookup just read (a binding recorded before the WAL's compact
-// binding record), else read from the store.
+// decisionDoc is c's preflight decision decoded into Go values, as the
+// store recorded it.
 func (g *Gate) decisionDoc(ctx context.Context, c *call) (any, error) {
-	raw := c.decision
-	if raw == nil {
-		d, err := g.o.Store.Decision(ctx, c.bound.b.PreflightID)
-		if err != nil {
-			return nil, err
-		}
-		raw = d
+	raw, err := g.o.Store.Decision(ctx, c.bound.b.PreflightID)
+	if err != nil {
+		return nil, err
 	}
 	if len(raw) == 0 {
 		return nil, nil

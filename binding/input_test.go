@@ -60,7 +60,11 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: bind, Decision: bind.Decision, Time: now}); err != nil {
+			raw, err := d.CanonicalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: bind, Decision: raw, Time: now}); err != nil {
 				t.Fatal(err)
 			}
 			call := func(rid string) Decision {
@@ -80,9 +84,8 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 					t.Fatalf("call %d (%s): %+v", i, step, got)
 				}
 			}
-			e, ok := g.cache.Peek(d.PreflightID)
-			if !ok || e.b.Decision != nil || e.b.PreflightID != d.PreflightID {
-				t.Fatalf("cache entry %+v, %v: want the binding without its decision", e, ok)
+			if e, ok := g.cache.Peek(d.PreflightID); !ok || e.b.PreflightID != d.PreflightID {
+				t.Fatalf("cache entry %+v, %v: want the binding", e, ok)
 			}
 		})
 	}

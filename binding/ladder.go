@@ -2,7 +2,6 @@ package binding
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -26,7 +25,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = preflight.ReasonPreflightRequired
 		return
 	}
-	e, decision, err := g.lookup(ctx, c.headerID, now)
+	e, err := g.lookup(ctx, c.headerID, now)
 	if errors.Is(err, wal.ErrNotFound) {
 		c.contract = preflight.ReasonPreflightRequired
 		return
@@ -35,7 +34,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
-	c.bound, c.decision = e, decision
+	c.bound = e
 	b := &e.b
 	if !b.Admits(c.kind) || (c.identity != "" && c.identity != b.ActorID) {
 		c.contract = preflight.ReasonBindingMismatch
@@ -91,33 +90,30 @@ func planContract(s wal.ConsumeStatus) string {
 // served until min(TTL ceiling, the binding's expiry); evicting it changes
 // no answer: consumption is checked in the store unless the entry knows
 // the step spent, which it learns only from a durable consume (spent.go),
-// and a rebuilt entry knows nothing and asks the store again. On a cache
-// miss of a binding recorded before the WAL's compact binding record it also
-// returns the decision JSON it read, which the entry does not keep; for
-// newer bindings the store reads no decision until the policy needs it.
-func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, json.RawMessage, error) {
+// and a rebuilt entry knows nothing and asks the store again. The store
+// reads no decision JSON until the policy needs it (decisionDoc).
+func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, error) {
 	if e, ok := g.cache.Get(id); ok {
-		if now.Before(e.until) {
+		if now.UnixNano() < e.until {
 			g.observeCache(true)
-			return e, nil, nil
+			return e, nil
 		}
 		g.cache.Remove(id)
 	}
 	g.observeCache(false)
 	b, err := g.o.Store.Binding(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	decision := b.Decision
-	b.Decision = nil
-	e := &entry{b: b, until: now.Add(g.o.CacheTTL)}
-	if b.ExpiresAt.Before(e.until) {
-		e.until = b.ExpiresAt
+	until := now.Add(g.o.CacheTTL)
+	if b.ExpiresAt.Before(until) {
+		until = b.ExpiresAt
 	}
-	if now.Before(e.until) {
+	e := &entry{b: b, until: until.UnixNano()}
+	if now.Before(until) {
 		g.cache.Add(id, e)
 	}
-	return e, decision, nil
+	return e, nil
 }
 
 func (g *Gate) observeCache(hit bool) {

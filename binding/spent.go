@@ -17,12 +17,17 @@ func (e *entry) markSpent(i int, requestID string) {
 	if i < 0 || i >= len(e.b.Steps) {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.spent == nil {
-		e.spent = make([]spentStep, len(e.b.Steps))
+	for {
+		old := e.spent.Load()
+		spent := make([]spentStep, len(e.b.Steps))
+		if old != nil {
+			copy(spent, *old)
+		}
+		spent[i] = spentStep{known: true, requestID: requestID}
+		if e.spent.CompareAndSwap(old, &spent) {
+			return
+		}
 	}
-	e.spent[i] = spentStep{known: true, requestID: requestID}
 }
 
 // knownPlan answers what wal.Tx.plan would answer for r from the entry
@@ -32,18 +37,20 @@ func (e *entry) markSpent(i int, requestID string) {
 // false and the store is asked: a step not known consumed may be free, and
 // a repeated request id is answered by the store's record.
 func (e *entry) knownPlan(r *wal.ConsumeRequest) (status wal.ConsumeStatus, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	var spent []spentStep
+	if p := e.spent.Load(); p != nil {
+		spent = *p
+	}
 	matched := false
 	for i := range e.b.Steps {
 		if !r.Matches(&e.b.Steps[i]) {
 			continue
 		}
 		matched = true
-		if e.spent == nil || !e.spent[i].known {
+		if spent == nil || !spent[i].known {
 			return 0, false
 		}
-		if r.RequestID != "" && e.spent[i].requestID == r.RequestID {
+		if r.RequestID != "" && spent[i].requestID == r.RequestID {
 			return 0, false
 		}
 	}

@@ -94,7 +94,11 @@ func (e *env) record(kind string, args map[string]any) preflight.Binding {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: b, Decision: b.Decision, Time: e.clock()}); err != nil {
+	raw, err := d.CanonicalJSON()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: b, Decision: raw, Time: e.clock()}); err != nil {
 		e.t.Fatal(err)
 	}
 	return b

@@ -99,7 +99,6 @@ func (g *fuzzGate) reset() error {
 		ActorID: fuzzActor, ExpiresAt: now.Add(time.Hour),
 		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell"}}}
 	decision := json.RawMessage(`{"outcome":"pass","preflight_id":"` + fuzzPreflightID + `"}`)
-	b.Decision = decision
 	if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: b, Decision: decision, Time: now}); err != nil {
 		db.Close()
 		return err

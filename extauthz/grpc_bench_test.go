@@ -80,7 +80,11 @@ func benchGate(b *testing.B, n int) (*binding.Gate, []string) {
 				if err != nil {
 					return err
 				}
-				if _, err := tx.RecordPreflight(wal.PreflightRecord{Binding: bind, Decision: bind.Decision, Time: now}); err != nil {
+				raw, err := d.CanonicalJSON()
+				if err != nil {
+					return err
+				}
+				if _, err := tx.RecordPreflight(wal.PreflightRecord{Binding: bind, Decision: raw, Time: now}); err != nil {
 					return err
 				}
 				idList[i] = d.PreflightID

@@ -24,26 +24,10 @@ func (r *Request) SessionKey() (key string, ok bool) {
 
 // BindingOf derives what the gate needs from a recorded decision: its ids
 // and outcome, the actor, and each step's kind with the digest of its
-// canonical args (absent args digest as {}). Decision holds the decision's
-// JSON, the bytes GET /v1/preflight/{id} returns. Tenant is left for the
-// caller, which holds the validated envelope.
+// canonical args (absent args digest as {}). The decision's JSON is
+// recorded beside it (wal.PreflightRecord). Tenant is left for the caller,
+// which holds the validated envelope.
 func BindingOf(req *Request, d *Decision, expiresAt time.Time) (Binding, error) {
-	b, err := BindingWith(req, d, expiresAt, nil)
-	if err != nil {
-		return Binding{}, err
-	}
-	raw, err := json.Marshal(d)
-	if err != nil {
-		return Binding{}, fmt.Errorf("encode decision: %w", err)
-	}
-	b.Decision = raw
-	return b, nil
-}
-
-// BindingWith is BindingOf for a caller that has already encoded d:
-// decision becomes Binding.Decision as it is. The preflight handler writes
-// the canonical form anyway, so encoding d a second time is waste.
-func BindingWith(req *Request, d *Decision, expiresAt time.Time, decision json.RawMessage) (Binding, error) {
 	if req == nil || d == nil {
 		return Binding{}, ErrNilRequest
 	}
@@ -54,7 +38,6 @@ func BindingWith(req *Request, d *Decision, expiresAt time.Time, decision json.R
 		ActorID:     req.Context.Actor.ID,
 		ExpiresAt:   expiresAt,
 		Steps:       make([]BoundStep, 0, len(req.Plan.Steps)),
-		Decision:    decision,
 	}
 	for i, s := range req.Plan.Steps {
 		args := s.Args

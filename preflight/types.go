@@ -129,14 +129,13 @@ type Eligibility struct {
 // derived from the decision and the request when the decision is recorded,
 // and stored beside it.
 type Binding struct {
-	PreflightID string          `json:"preflight_id"`
-	AuditID     string          `json:"audit_id"`
-	Outcome     Outcome         `json:"outcome"`
-	ActorID     string          `json:"actor_id"`
-	Tenant      string          `json:"tenant,omitempty"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	Steps       []BoundStep     `json:"steps"`
-	Decision    json.RawMessage `json:"-"`
+	PreflightID string      `json:"preflight_id"`
+	AuditID     string      `json:"audit_id"`
+	Outcome     Outcome     `json:"outcome"`
+	ActorID     string      `json:"actor_id"`
+	Tenant      string      `json:"tenant,omitempty"`
+	ExpiresAt   time.Time   `json:"expires_at"`
+	Steps       []BoundStep `json:"steps"`
 }
 
 // BoundStep is one plan step as the gate sees it: its kind and the digest

@@ -200,10 +200,9 @@ func (s Session) encode() []byte {
 }
 
 // Binding returns the recorded binding of a preflight id. It reads the
-// compact record in the preflights index, not the frame, so Decision is nil;
-// Decision returns it. Only a binding written before the compact record
-// existed (an index value of the seq alone) is read from its frame, and then
-// comes with its Decision.
+// compact record in the preflights index, not the frame; Decision returns
+// the decision's JSON. Only a binding written before the compact record
+// existed (an index value of the seq alone) is read from its frame.
 func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
 	var b preflight.Binding
 	err := db.View(func(tx *Tx) error {
@@ -225,7 +224,7 @@ func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Bindin
 			return err
 		}
 		b = preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
-			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps, Decision: a.Decision}
+			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps}
 		return nil
 	})
 	return b, err

@@ -62,7 +62,6 @@ func (t *template) record(now, expires time.Time) (wal.PreflightRecord, error) {
 	if err != nil {
 		return wal.PreflightRecord{}, err
 	}
-	b.Decision = out
 	attrs := map[string]any{"request_digest": "sha256:" + pfID, "attempt": 1, "reason": preflight.ReasonPassed,
 		"bundle_revision": t.revision, "dry_run": false, "intent_summary": t.req.Intent.Summary,
 		"plan_hash": t.req.Intent.PlanHash, "session_id": t.req.Context.Actor.SessionID}

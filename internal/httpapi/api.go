@@ -263,7 +263,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	if !dryRun {
 		expires, _ := time.Parse(time.RFC3339Nano, d.Eligibility.ExpiresAt)
-		b, err := preflight.BindingWith(req, d, expires, out)
+		b, err := preflight.BindingOf(req, d, expires)
 		if err != nil {
 			a.unavailable(w, "bind decision", err)
 			return
@@ -387,9 +387,10 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	// The binding (its tenant) and the decision bytes are read apart, as the
 	// WAL keeps them: a compact record for the gate, the frame for the bytes.
+	var decision []byte
 	b, err := a.o.Store.Binding(r.Context(), id)
 	if err == nil {
-		b.Decision, err = a.o.Store.Decision(r.Context(), id)
+		decision, err = a.o.Store.Decision(r.Context(), id)
 	}
 	if errors.Is(err, wal.ErrNotFound) || (err == nil && !all && b.Tenant != tenant) {
 		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No preflight decision has this id.", false)
@@ -401,7 +402,7 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
-	w.Write(b.Decision)
+	w.Write(decision)
 }
 
 // getAudit returns the audit join of SPEC §9.
