@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -472,6 +473,12 @@ func (g *Gate) readCall(c *call) error {
 		c.argsMap = map[string]any{}
 		c.args = c.argsMap
 		return nil
+	}
+	// JSON text is UTF-8 (RFC 8259 §8.1). encoding/json reads every byte
+	// that is not as U+FFFD, so two different bodies would read, and match
+	// a preflighted step's args digest, as the same args.
+	if !utf8.Valid(body) {
+		return errors.New("body is not valid UTF-8")
 	}
 	doc, err := parseBody(body)
 	if err != nil {

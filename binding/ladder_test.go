@@ -221,6 +221,16 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"body not UTF-8": {
+			// The byte 0xff reads as U+FFFD, the preflighted value: the
+			// body is refused instead of matching the step's digest.
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", map[string]any{"amountUsd": 125, "caseRef": "\uFFFD"}))
+				r := toolCall("refund.create.v2", nil, withID(b.PreflightID, "req-1"))
+				r.Body = []byte("{\"args\":{\"amountUsd\":125,\"caseRef\":\"\xff\"},\"kind\":\"refund.create.v2\"}")
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)

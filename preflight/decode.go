@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
@@ -29,6 +30,12 @@ const MaxNesting = 64
 func DecodeRequest(body []byte) (*Request, *RequestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, malformed("", "request body is empty")
+	}
+	// JSON text is UTF-8 (RFC 8259 §8.1). encoding/json reads every byte
+	// that is not as U+FFFD, so two different plans would read, digest and
+	// bind as the same one.
+	if !utf8.Valid(body) {
+		return nil, malformed("", "request body is not valid UTF-8")
 	}
 	// The walk below recurses once per nesting level of args, so the depth
 	// is bounded first, by a flat scan that cannot exhaust the stack.
