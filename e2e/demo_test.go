@@ -6,8 +6,10 @@ package e2e
 // nothing, so the wrong targets matter as much as the right ones.
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -113,6 +115,22 @@ func TestDemoTargets(t *testing.T) {
 		reached int
 	}{
 		"the built-in gateway in enforce mode": {target: gateway("enforce"), reached: 1},
+		// docker compose's service config, reached from another host as
+		// Envoy's container reaches the service: the audit read at the end
+		// must be served.
+		"the compose service config, from another host": {
+			target: func(t *testing.T) (string, *dpRuntime) {
+				remote := accessNonLoopbackIP(t)
+				rt := dpStartRuntime(t)
+				s := StartServer(t, ServeOptions{Config: filepath.Join("..", "envoy", "autonomy.yaml"),
+					Args: []string{"--http-addr", "0.0.0.0:0", "--upstream", rt.URL(), "--gateway-addr", "0.0.0.0:0"}})
+				_, port, err := net.SplitHostPort(s.GatewayAddr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return "http://" + net.JoinHostPort(remote.String(), port), rt
+			},
+			reached: 1},
 		// Advisory mode records the replay and the missing header but lets
 		// both through: a demo that passed here would prove nothing.
 		"the built-in gateway in advisory mode, which lets replays through": {

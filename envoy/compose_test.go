@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/contractrefine/autonomy/internal/config"
 )
 
 // repoRoot is where docker-compose.yml and the Dockerfile live, relative to
@@ -97,16 +99,6 @@ func checkPinnedEnvoyImage(image string) error {
 	return nil
 }
 
-// The configuration keys of SPEC §2; the service refuses any other.
-var autonomyConfigKeys = []string{
-	"http_addr", "grpc_addr", "data_dir", "bundle",
-	"contract_refine.mode", "contract_refine.binding_window", "contract_refine.max_repair_attempts",
-	"contract_refine.binding_cache_ttl", "contract_refine.binding_cache_size", "contract_refine.offline",
-	"http.max_body_bytes",
-	"gate.path", "gate.kind_pointer", "gate.args_pointer", "gate.kind_header", "gate.actor_header",
-	"wal.retention", "wal.store_raw_requests",
-}
-
 // flatten lists a YAML mapping's leaf keys as dotted paths.
 func flatten(prefix string, m map[string]any, out map[string]any) {
 	for k, v := range m {
@@ -122,28 +114,32 @@ func flatten(prefix string, m map[string]any, out map[string]any) {
 	}
 }
 
-// checkAutonomyConfig checks a shipped service config: only known keys,
-// enforce mode, and the identity header that Envoy strips from clients.
-func checkAutonomyConfig(t *testing.T, text []byte) map[string]any {
+// checkAutonomyConfig checks a shipped service config: the service's own
+// loader accepts it as serve would, in enforce mode, with the identity
+// header that Envoy strips from clients. It returns the config and its
+// leaf keys.
+func checkAutonomyConfig(t *testing.T, text []byte) (config.Config, map[string]any) {
 	t.Helper()
+	cfg := config.Default()
+	if err := config.Decode(bytes.NewReader(text), &cfg); err != nil {
+		t.Fatalf("autonomy config: the service would refuse to start: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("autonomy config: the service would refuse to start: %v", err)
+	}
 	var doc map[string]any
 	if err := yaml.Unmarshal(text, &doc); err != nil {
 		t.Fatalf("autonomy config: %v", err)
 	}
 	keys := map[string]any{}
 	flatten("", doc, keys)
-	for k := range keys {
-		if !slices.Contains(autonomyConfigKeys, k) {
-			t.Errorf("autonomy config key %q is not in SPEC §2: the service would refuse to start", k)
-		}
-	}
 	if keys["contract_refine.mode"] != "enforce" {
 		t.Errorf("contract_refine.mode = %v, want enforce", keys["contract_refine.mode"])
 	}
 	if keys["gate.actor_header"] != actorHeader {
 		t.Errorf("gate.actor_header = %v, want %s (the header Envoy strips and passes to the check)", keys["gate.actor_header"], actorHeader)
 	}
-	return keys
+	return cfg, keys
 }
 
 // listenAddr is where a service listens: the flag in its command line, else
@@ -166,7 +162,7 @@ func TestCompose(t *testing.T) {
 
 	serviceConfigPath := service.mountOf("./envoy/autonomy.yaml")
 	serviceArgs := append(slices.Clone(service.Entrypoint), service.Command...)
-	serviceConfig := checkAutonomyConfig(t, readFile(t, "autonomy.yaml"))
+	serviceCfg, serviceConfig := checkAutonomyConfig(t, readFile(t, "autonomy.yaml"))
 	runtimeArgs := append(slices.Clone(runtime.Entrypoint), runtime.Command...)
 
 	t.Run("envoy runs the pinned official image with envoy.yaml", func(t *testing.T) {
@@ -285,6 +281,25 @@ func TestCompose(t *testing.T) {
 		for _, name := range []string{"autonomy", "toolruntime"} {
 			if len(c.Services[name].Ports) > 0 {
 				t.Errorf("%s publishes %v: clients would bypass Envoy", name, c.Services[name].Ports)
+			}
+		}
+	})
+
+	// Reads arrive from Envoy's container, never from the service's
+	// loopback: without tokens the service must be told to serve them, or
+	// the demo's audit read is refused. Served without a token, they may
+	// only be published on the host's loopback.
+	t.Run("reads through envoy are served, and only to this host", func(t *testing.T) {
+		a := serviceCfg.Access
+		if a.TokensFile == "" && !a.AllowRemoteReads {
+			t.Error("envoy/autonomy.yaml sets neither access.tokens_file nor access.allow_remote_reads: reads through Envoy get 403")
+		}
+		if a.TokensFile != "" {
+			return
+		}
+		for _, p := range proxy.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("envoy publishes %q beyond this host while reads need no token", p)
 			}
 		}
 	})
