@@ -120,13 +120,9 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.F
 
 // auditFromWAL reads the join from the WAL of a stopped service.
 func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string) ([]wal.Frame, error) {
-	dir, err := walDir(cmd, file, dataDir)
+	db, err := openWAL(cmd, file, dataDir)
 	if err != nil {
-		return nil, err
-	}
-	db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("%w (is a server running on this data dir? use --server)", err)
+		return nil, fmt.Errorf("%w; for a running server use --server", err)
 	}
 	defer db.Close()
 	frames, err := db.AuditFrames(cmd.Context(), auditID)
@@ -181,13 +177,9 @@ func newWAL(stdout io.Writer) *cobra.Command {
 		Short: "Check the WAL's hash chain; exit 1 naming the first bad seq",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, err := walDir(cmd, file, dataDir)
+			db, err := openWAL(cmd, file, dataDir)
 			if err != nil {
 				return err
-			}
-			db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
-			if err != nil {
-				return fmt.Errorf("%w (is a server running on this data dir?)", err)
 			}
 			defer db.Close()
 			rep, err := db.Verify(cmd.Context())

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -25,11 +27,16 @@ var walKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed}
 
 // openWAL opens the log of --data-dir (or the config file's data_dir). The
 // server holds the file lock while it runs, so these tools work on a
-// stopped server's data directory (the server compacts by itself).
+// stopped server's data directory (the server compacts by itself). A
+// directory without a log is an error: opening would create an empty one,
+// which a mistyped path would then "verify".
 func openWAL(cmd *cobra.Command, file, dataDir string) (*wal.DB, error) {
 	dir, err := walDir(cmd, file, dataDir)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
+		return nil, fmt.Errorf("no write-ahead log in %s: %w", dir, err)
 	}
 	db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +196,25 @@ func TestWALCompactAfterTheAPI(t *testing.T) {
 	st = wal.Stats{}
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Frames != 0 || st.Sessions != 0 || st.Bindings != 0 || st.BaseSeq != 2 {
 		t.Fatalf("stats after: %s", out)
+	}
+}
+
+// TestWALToolsNeedALog: every command that reads the log offline refuses a
+// directory without one, and leaves it without one: opening would create
+// an empty log, and a mistyped path would then "verify".
+func TestWALToolsNeedALog(t *testing.T) {
+	for _, args := range [][]string{
+		{"wal", "verify"}, {"wal", "stats"}, {"wal", "export"}, {"wal", "compact"}, {"audit", "au_0123456789abcdef"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "missing")
+			code, out, errs := runCLI(t, append(args, "--data-dir", dir)...)
+			if code != 1 || !strings.Contains(errs, "no write-ahead log in "+dir) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 1 and no write-ahead log named", code, out, errs)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s exists after the command (%v)", dir, err)
+			}
+		})
 	}
 }
