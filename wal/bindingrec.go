@@ -94,9 +94,9 @@ func indexSeq(v []byte) (uint64, bool) {
 }
 
 // decodeBindingRecord reads a compact record (v without its 8-byte seq).
-// The returned binding has no Decision. Its strings are substrings of one
-// string: a cached binding is then one allocation for its text instead of
-// one per field, and a cache miss allocates less.
+// The binding's strings are substrings of one string: a cached binding is
+// then one allocation for its text instead of one per field, and a cache
+// miss allocates less.
 func decodeBindingRecord(id string, v []byte) (preflight.Binding, error) {
 	// The strings are gathered in text (on the stack while they fit) and
 	// copied out of bbolt's bytes, valid only inside the transaction, at

@@ -66,12 +66,12 @@
 // chain holds, compares every record with the frame it names (ids, outcome,
 // actor, tenant, expiry, steps) and reports the frame's seq when they
 // differ, so an edited record cannot pass for a verified log.
-// DB.Binding returns the binding from the record without its decision;
-// DB.Decision reads the decision from the frame. A value of exactly 8 bytes
-// (a log written before the record existed) is still read: Binding then
-// decodes the frame and returns the decision with it. A binary older than
-// the record finds no binding for a value longer than 8 bytes, so it denies
-// calls naming those ids (preflight_required) rather than allowing them.
+// DB.Binding returns the binding from the record; DB.Decision reads the
+// decision from the frame. A value of exactly 8 bytes (a log written before
+// the record existed) is still read: Binding then decodes the frame. A
+// binary older than the record finds no binding for a value longer than 8
+// bytes, so it denies calls naming those ids (preflight_required) rather
+// than allowing them.
 //
 // # Hash chain
 //
