@@ -14,12 +14,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -474,11 +474,11 @@ func (g *Gate) readCall(c *call) error {
 		c.args = c.argsMap
 		return nil
 	}
-	// JSON text is UTF-8 (RFC 8259 §8.1). encoding/json reads every byte
-	// that is not as U+FFFD, so two different bodies would read, and match
-	// a preflighted step's args digest, as the same args.
-	if !utf8.Valid(body) {
-		return errors.New("body is not valid UTF-8")
+	// Bytes that are not UTF-8 and \u escapes of lone surrogates all read
+	// as U+FFFD: two different bodies would match a preflighted step's args
+	// digest as the same args.
+	if err := canon.CheckText(body); err != nil {
+		return fmt.Errorf("body: %w", err)
 	}
 	doc, err := parseBody(body)
 	if err != nil {

@@ -231,6 +231,15 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"body with a lone surrogate": {
+			// So does the escape of half a surrogate pair.
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", map[string]any{"amountUsd": 125, "caseRef": "\uFFFD"}))
+				r := toolCall("refund.create.v2", nil, withID(b.PreflightID, "req-1"))
+				r.Body = []byte(`{"args":{"amountUsd":125,"caseRef":"\ud800"},"kind":"refund.create.v2"}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)

@@ -8,8 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
@@ -31,11 +31,14 @@ func DecodeRequest(body []byte) (*Request, *RequestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, malformed("", "request body is empty")
 	}
-	// JSON text is UTF-8 (RFC 8259 §8.1). encoding/json reads every byte
-	// that is not as U+FFFD, so two different plans would read, digest and
-	// bind as the same one.
-	if !utf8.Valid(body) {
-		return nil, malformed("", "request body is not valid UTF-8")
+	// Bytes that are not UTF-8 and \u escapes of lone surrogates all read
+	// as U+FFFD: two different plans would digest and bind as the same one.
+	if err := canon.CheckText(body); err != nil {
+		msg := "request body is not valid UTF-8"
+		if errors.Is(err, canon.ErrLoneSurrogate) {
+			msg = "request body has a \\u escape of a lone UTF-16 surrogate, which names no character"
+		}
+		return nil, malformed("", msg)
 	}
 	// The walk below recurses once per nesting level of args, so the depth
 	// is bounded first, by a flat scan that cannot exhaust the stack.

@@ -50,6 +50,7 @@ func TestDecodeRequestErrors(t *testing.T) {
 		"trailing document":      {minimal(``) + ` {}`, "", "unexpected data after the JSON document"},
 		"trailing garbage":       {minimal(``) + ` x`, "", "unexpected data after the JSON document"},
 		"invalid UTF-8 in args":  {minimal("{\"id\":\"s1\",\"args\":{\"q\":\"\xff\"}}"), "", "not valid UTF-8"},
+		"lone surrogate in args": {minimal(`{"id":"s1","args":{"q":"\ud800"}}`), "", "lone UTF-16 surrogate"},
 		"truncated":              {`{"intent":{"summary":"s"},"plan":{"steps":[{"id":`, "/plan/steps/0/id", "unexpected end of JSON input"},
 		"number out of range":    {minimal(`{"id":"s1","args":{"a":[1e999]}}`), "/plan/steps/0/args/a/0", "number 1e999 is out of range"},
 		"too deep":               {deep(MaxNesting - 4), "", "JSON nesting is deeper than 64 levels"},
