@@ -484,6 +484,9 @@ func (g *Gate) readCall(c *call) error {
 	if err != nil {
 		return err
 	}
+	if err := checkFoldedKeys(doc); err != nil {
+		return fmt.Errorf("body is ambiguous: %w", err)
+	}
 	kind, ok := jsonptr.Resolve(doc, g.o.KindPointer)
 	if s, isString := kind.(string); ok && isString && s != "" {
 		c.kind = s

@@ -153,3 +153,65 @@ func membersHeld(v any) int {
 	}
 	return 0
 }
+
+// checkFoldedKeys returns an error, wrapping errDuplicateKey, when some
+// object in the parsed body names two members that differ only in case
+// (canon.FoldKey). encoding/json matches member names to struct fields
+// without regard to case and keeps the last match, so a Go tool runtime
+// reads {"kind":"tool.echo","KIND":"tool.shell"} as a call of tool.shell
+// while the gate, reading names exactly, would judge tool.echo.
+func checkFoldedKeys(v any) error {
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) > 1 {
+			if err := uniqueFolded(t); err != nil {
+				return err
+			}
+		}
+		for _, e := range t {
+			if err := checkFoldedKeys(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if err := checkFoldedKeys(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// uniqueFolded checks one object's names; a small object, the usual case,
+// is checked without a map.
+func uniqueFolded(m map[string]any) error {
+	dup := func(a, b string) error {
+		a, b = min(a, b), max(a, b) // the same error whatever the map's order
+		return fmt.Errorf("%w: %q and %q differ only in case", errDuplicateKey, a, b)
+	}
+	if len(m) <= 8 {
+		var names, folded [8]string
+		n := 0
+		for name := range m {
+			f := canon.FoldKey(name)
+			for i := range n {
+				if folded[i] == f {
+					return dup(names[i], name)
+				}
+			}
+			names[n], folded[n] = name, f
+			n++
+		}
+		return nil
+	}
+	seen := make(map[string]string, len(m)) // FoldKey(name) → name
+	for name := range m {
+		f := canon.FoldKey(name)
+		if prev, ok := seen[f]; ok {
+			return dup(prev, name)
+		}
+		seen[f] = name
+	}
+	return nil
+}

@@ -133,3 +133,38 @@ func BenchmarkParseBody(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckFoldedKeys: names equal under case folding are found in small
+// and large objects, inside arrays and nested objects; distinct names pass.
+func TestCheckFoldedKeys(t *testing.T) {
+	big := map[string]any{}
+	for i := range 12 {
+		big[fmt.Sprintf("k%d", i)] = i
+	}
+	bigDup := map[string]any{"K11": true}
+	for k, v := range big {
+		bigDup[k] = v
+	}
+	tests := map[string]struct {
+		doc     any
+		wantDup bool
+	}{
+		"distinct names":                    {doc: map[string]any{"kind": "x", "args": map[string]any{"a": 1, "b": 2}}},
+		"one member":                        {doc: map[string]any{"KIND": "x"}},
+		"twelve distinct names":             {doc: big},
+		"kind and KIND":                     {doc: map[string]any{"kind": "x", "KIND": "y"}, wantDup: true},
+		"args and a long s":                 {doc: map[string]any{"args": map[string]any{}, "arg\u017f": map[string]any{}}, wantDup: true},
+		"in a nested object":                {doc: map[string]any{"args": map[string]any{"amountUsd": 1, "AMOUNTUSD": 2}}, wantDup: true},
+		"in an object in an array":          {doc: map[string]any{"args": map[string]any{"x": []any{1, map[string]any{"\u212a": 1, "k": 2}}}}, wantDup: true},
+		"among twelve names":                {doc: bigDup, wantDup: true},
+		"the same letters in other scripts": {doc: map[string]any{"a": 1, "а": 2}}, // Latin a, Cyrillic а
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := checkFoldedKeys(tc.doc)
+			if got := errors.Is(err, errDuplicateKey); got != tc.wantDup || (!tc.wantDup && err != nil) {
+				t.Fatalf("checkFoldedKeys = %v, want a duplicate-key error: %v", err, tc.wantDup)
+			}
+		})
+	}
+}

@@ -240,6 +240,23 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"kind named again in upper case": {
+			// A Go runtime matches member names to fields without regard
+			// to case and keeps the last: it would run tool.shell.
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte(`{"kind":"tool.echo","KIND":"tool.shell","args":{}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"args named again with a long s": {
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))
+				r := toolCall("refund.create.v2", nil, withID(b.PreflightID, "req-1"))
+				r.Body = []byte(`{"kind":"refund.create.v2","args":{"amountUsd":125,"caseRef":"case:882"},"arg\u017f":{"amountUsd":999999,"caseRef":"case:999"}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)

@@ -529,10 +529,11 @@ func TestActorBinding(t *testing.T) {
 	}
 }
 
-// TestDuplicateKeysRefused: a gated body with a repeated member name is
-// refused in every mode. JSON parsers disagree on which copy wins (Go and
-// most keep the last, others the first), so the gate could check one tool
-// or amount while the runtime executes another.
+// TestDuplicateKeysRefused: a gated body with a repeated member name, or
+// two names that differ only in case, is refused in every mode. JSON
+// parsers disagree on which copy wins (Go and most keep the last, others
+// the first; Go matches names to fields without regard to case), so the
+// gate could check one tool or amount while the runtime executes another.
 func TestDuplicateKeysRefused(t *testing.T) {
 	servers := map[string]*cbServer{"enforce": cbServe(t, "enforce"), "advisory": cbServe(t, "advisory")}
 	tests := map[string]struct {
@@ -555,6 +556,18 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		"repeated nested key": {
 			mode: "enforce",
 			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125,"meta":{"a":1,"a":2}}}`,
+		},
+		"kind again in upper case, the gated one last": {
+			mode: "enforce", noHeader: true,
+			body: `{"kind":"tool.echo","KIND":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125}}`,
+		},
+		"args again with a long s, another amount last": {
+			mode: "enforce",
+			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125},"arg\u017f":{"caseRef":"case:999","amountUsd":999999}}`,
+		},
+		"amount again in another case": {
+			mode: "enforce",
+			body: `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125,"AmountUSD":999999}}`,
 		},
 		"repeated amount in advisory": {
 			mode: "advisory",

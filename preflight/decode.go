@@ -127,8 +127,10 @@ func (d *requestDecoder) token(path string) (json.Token, *RequestError) {
 }
 
 // object reads an object at path and calls field for each member, with the
-// member's pointer. A null is accepted as an absent object. Duplicate names
-// are rejected: a body that means two things to two parsers is refused.
+// member's pointer. A null is accepted as an absent object. Duplicate names,
+// and names that differ only in case (canon.FoldKey: a Go runtime reads
+// them as one field), are rejected: a body that means two things to two
+// parsers is refused.
 func (d *requestDecoder) object(path string, field func(name, path string) *RequestError) *RequestError {
 	tok, err := d.token(path)
 	if err != nil {
@@ -145,7 +147,7 @@ func (d *requestDecoder) object(path string, field func(name, path string) *Requ
 
 // members reads the members of an object whose '{' was consumed, and its '}'.
 func (d *requestDecoder) members(path string, field func(name, path string) *RequestError) *RequestError {
-	seen := map[string]bool{}
+	var seen map[string]string // FoldKey(name) → name
 	for d.dec.More() {
 		tok, err := d.token(path)
 		if err != nil {
@@ -156,10 +158,17 @@ func (d *requestDecoder) members(path string, field func(name, path string) *Req
 			return malformed(path, "invalid object member name")
 		}
 		member := path + "/" + jsonptr.Escape(name)
-		if seen[name] {
+		folded := canon.FoldKey(name)
+		switch prev, dup := seen[folded]; {
+		case dup && prev == name:
 			return malformed(member, fmt.Sprintf("duplicate field %q", name))
+		case dup:
+			return malformed(member, fmt.Sprintf("field %q differs from field %q only in case", name, prev))
 		}
-		seen[name] = true
+		if seen == nil {
+			seen = map[string]string{}
+		}
+		seen[folded] = name
 		if err := field(name, member); err != nil {
 			return err
 		}

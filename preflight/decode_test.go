@@ -51,6 +51,8 @@ func TestDecodeRequestErrors(t *testing.T) {
 		"trailing garbage":       {minimal(``) + ` x`, "", "unexpected data after the JSON document"},
 		"invalid UTF-8 in args":  {minimal("{\"id\":\"s1\",\"args\":{\"q\":\"\xff\"}}"), "", "not valid UTF-8"},
 		"lone surrogate in args": {minimal(`{"id":"s1","args":{"q":"\ud800"}}`), "", "lone UTF-16 surrogate"},
+		"args differing in case": {minimal(`{"id":"s1","args":{"amountUsd":1,"AMOUNTUSD":2}}`), "/plan/steps/0/args/AMOUNTUSD", `field "AMOUNTUSD" differs from field "amountUsd" only in case`},
+		"a field in two cases":   {`{"intent":{"summary":"s","\u017fummary":"t"}}`, "/intent/\u017fummary", `differs from field "summary" only in case`},
 		"truncated":              {`{"intent":{"summary":"s"},"plan":{"steps":[{"id":`, "/plan/steps/0/id", "unexpected end of JSON input"},
 		"number out of range":    {minimal(`{"id":"s1","args":{"a":[1e999]}}`), "/plan/steps/0/args/a/0", "number 1e999 is out of range"},
 		"too deep":               {deep(MaxNesting - 4), "", "JSON nesting is deeper than 64 levels"},

@@ -3,6 +3,8 @@ package canon
 import (
 	"bytes"
 	"errors"
+	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -76,4 +78,34 @@ func hex4(b []byte, i int) (rune, bool) {
 		r = r<<4 | rune(c)
 	}
 	return r, true
+}
+
+// FoldKey returns the form of s that exactly the strings equal to s under
+// Unicode simple case folding share: FoldKey(a) == FoldKey(b) when
+// strings.EqualFold(a, b), for valid UTF-8. encoding/json matches member
+// names to struct fields that way, so a Go tool runtime reads "kind",
+// "KIND" and "\u212aind" (with the Kelvin sign) as one field, the last one
+// given winning; a body naming two of them means one thing to a reader that
+// compares names exactly and another to the runtime.
+func FoldKey(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return strings.Map(foldRune, s)
+		}
+	}
+	return strings.ToLower(s) // returns s itself when it has no upper case
+}
+
+// foldRune is the smallest rune of r's simple-folding orbit, in lower case
+// when that is an ASCII letter, so FoldKey agrees with strings.ToLower on
+// ASCII.
+func foldRune(r rune) rune {
+	least := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		least = min(least, f)
+	}
+	if 'A' <= least && least <= 'Z' {
+		least += 'a' - 'A'
+	}
+	return least
 }

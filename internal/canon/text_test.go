@@ -2,6 +2,7 @@ package canon
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -33,5 +34,36 @@ func TestCheckText(t *testing.T) {
 				t.Fatalf("CheckText(%s) = %v, want %v", tc.text, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestFoldKey(t *testing.T) {
+	same := [][]string{
+		{"kind", "KIND", "Kind", "\u212aind"},
+		{"args", "ARGS", "arg\u017f"},
+		{"amountUsd", "AMOUNTUSD", "amountusd"},
+		{"σ", "Σ", "ς"},
+		{"ß", "ẞ"},
+		{"", ""},
+	}
+	for _, group := range same {
+		for _, s := range group {
+			if FoldKey(s) != FoldKey(group[0]) {
+				t.Errorf("FoldKey(%q) = %q, FoldKey(%q) = %q: want equal", s, FoldKey(s), group[0], FoldKey(group[0]))
+			}
+		}
+	}
+	// Against strings.EqualFold, over names made of the letters that fold
+	// across scripts and their neighbours.
+	names := []string{"k", "K", "\u212a", "s", "S", "\u017f", "ı", "i", "I", "İ", "σ", "ς", "Σ", "ß", "ẞ", "a1", "A1", "é", "É", "-"}
+	for _, a := range names {
+		for _, b := range names {
+			if got, want := FoldKey(a) == FoldKey(b), strings.EqualFold(a, b); got != want {
+				t.Errorf("FoldKey(%q) == FoldKey(%q) is %v, EqualFold says %v", a, b, got, want)
+			}
+		}
+	}
+	if s := "kind"; FoldKey(s) != s {
+		t.Errorf("FoldKey(%q) = %q", s, FoldKey(s))
 	}
 }
