@@ -429,21 +429,52 @@ func (g *Gate) auditID(c *call) string {
 }
 
 // gatesPath reports whether the request path p names the gate path. It
-// compares what a tool runtime's router would route: the path without its
-// query, percent-decoded, with empty and dot segments resolved and no
-// trailing slash, in any letter case. So /v1/to%6Fl, /v1//tool, /v1/tool/
-// and /V1/TOOL are all checked rather than waved through; a path that does
-// not decode is checked too.
+// compares what some tool runtime's router would route: the path without
+// its query, percent-decoded, with empty and dot segments resolved and no
+// trailing slash, in any letter case; and also cut at a NUL (C strings),
+// without each segment's ;parameters (servlet containers route
+// /v1/tool;a=b as /v1/tool), and the path of an absolute or
+// scheme-relative target (http://x/v1/tool, //x/v1/tool). So /v1/to%6Fl,
+// /v1//tool, /v1/tool/, /V1/TOOL, /v1/tool%00 and /v1/tool;a=b are all
+// checked rather than waved through; a path that does not decode is
+// checked too.
 func (g *Gate) gatesPath(p string) bool {
 	p = pathOnly(p)
 	if p == g.o.Path {
 		return true
 	}
-	decoded, err := url.PathUnescape(p)
-	if err != nil {
-		return true
+	forms := []string{p}
+	if strings.HasPrefix(p, "//") || strings.Contains(p, "://") {
+		if u, err := url.Parse(p); err == nil && u.Host != "" {
+			forms = append(forms, u.EscapedPath())
+		}
 	}
-	return strings.EqualFold(path.Clean("/"+decoded), g.routedPath)
+	for _, f := range forms {
+		decoded, err := url.PathUnescape(f)
+		if err != nil {
+			return true
+		}
+		if i := strings.IndexByte(decoded, 0); i >= 0 {
+			decoded = decoded[:i]
+		}
+		if strings.EqualFold(path.Clean("/"+decoded), g.routedPath) ||
+			strings.EqualFold(path.Clean("/"+withoutParams(decoded)), g.routedPath) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutParams drops the ;parameters of every segment of p.
+func withoutParams(p string) string {
+	if !strings.Contains(p, ";") {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return strings.Join(segs, "/")
 }
 
 func pathOnly(p string) string {

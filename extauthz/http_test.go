@@ -170,6 +170,21 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
 		"gated path in capitals": {http.MethodPost, "/v1/authz/V1/TOOL",
 			nil, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path with ;parameters": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1;x/tool;a=b"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path cut by a NUL": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool%00.txt"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path in an absolute target": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "http://runtime/v1/tool"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"gated path after an authority": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "//evil/v1/tool"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		"a path that only starts like the gated one": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/toolbox;a=b"},
+			echoBody(), 200, ""},
 	}
 	for name, tc := range cases {
 		for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {

@@ -1,0 +1,31 @@
+package binding
+
+import "testing"
+
+// TestGatesPath: every form of the gate path some router routes to it is
+// gated, and nothing else is.
+func TestGatesPath(t *testing.T) {
+	g := New(Options{Path: "/v1/tool"})
+	for p, want := range map[string]bool{
+		"/v1/tool":               true,
+		"/v1/tool?x=1":           true,
+		"/v1/to%6Fl":             true,
+		"/v1//tool/":             true,
+		"/v1/x/../tool":          true,
+		"/V1/TOOL":               true,
+		"/v1/tool;a=b":           true,
+		"/v1;x/tool":             true,
+		"/v1/tool%00.json":       true,
+		"http://runtime/v1/tool": true,
+		"//evil/v1/tool":         true,
+		"/v1/tool%zz":            true, // does not decode: checked
+		"/v1/toolbox":            false,
+		"/v1/other;tool":         false,
+		"/v1":                    false,
+		"http://runtime/v1/x":    false,
+	} {
+		if got := g.gatesPath(p); got != want {
+			t.Errorf("gatesPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
