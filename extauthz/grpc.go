@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -62,8 +63,27 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 	}
 	n := len(h.GetHeaders()) + len(h.GetHeaderMap().GetHeaders())
 	r.Headers = make(map[string]string, n+1)
+	// Envoy sends lower-case names; names that differ only in case get
+	// their values joined, as header_map's repeated names are, in sorted
+	// order so that the answer does not depend on the map's.
+	var folded map[string][]string
 	for k, v := range h.GetHeaders() {
-		r.Headers[strings.ToLower(k)] = v
+		k = strings.ToLower(k)
+		if prev, ok := r.Headers[k]; ok {
+			if folded == nil {
+				folded = map[string][]string{}
+			}
+			if folded[k] == nil {
+				folded[k] = []string{prev}
+			}
+			folded[k] = append(folded[k], v)
+			continue
+		}
+		r.Headers[k] = v
+	}
+	for k, vs := range folded {
+		slices.Sort(vs)
+		r.Headers[k] = strings.Join(vs, ",")
 	}
 	for _, hv := range h.GetHeaderMap().GetHeaders() {
 		v := hv.GetValue()

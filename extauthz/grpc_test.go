@@ -319,3 +319,23 @@ func TestGRPCConcurrentChecksOneAllow(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestFromCheckFoldsHeaderNames: header names that differ only in
+// case (Envoy sends none) are joined in one value whatever the map's order,
+// so a repeated x-request-id can neither pick a consumed request's id by
+// chance nor change from one call to the next.
+func TestRequestFromCheckFoldsHeaderNames(t *testing.T) {
+	for range 50 {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/tool", Headers: map[string]string{
+				"X-Request-Id": "req-b", "x-request-id": "req-a", "X-REQUEST-ID": "req-c", "content-type": "application/json",
+			}}}}}
+		r := extauthz.RequestFromCheck(req)
+		if got := r.Headers["x-request-id"]; got != "req-a,req-b,req-c" {
+			t.Fatalf("x-request-id = %q, want the three values joined in order", got)
+		}
+		if r.Headers["content-type"] != "application/json" || len(r.Headers) != 2 {
+			t.Fatalf("headers = %v", r.Headers)
+		}
+	}
+}
