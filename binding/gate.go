@@ -318,7 +318,9 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
-	c.gated = r.Method == http.MethodPost && g.gatesPath(r.Path)
+	// Methods are case-sensitive (RFC 9110 §9.1), but some runtimes'
+	// frameworks upper-case them (Werkzeug does), so "post" is gated too.
+	c.gated = strings.EqualFold(r.Method, http.MethodPost) && g.gatesPath(r.Path)
 	if r.OriginErr != nil {
 		// The proxy described the original request two ways: check it
 		// as the tool call it may be, and refuse it as unreadable.

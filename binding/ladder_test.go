@@ -257,6 +257,13 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"post in lower case is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Method = "post"
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)
