@@ -3,7 +3,6 @@ package binding
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -63,11 +62,11 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 			d:        deny,
 			fallback: true,
 		},
-		"actor not UTF-8": {
-			c: call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
-				argsMap: map[string]any{}, identity: "\xff"},
-			d:        deny,
-			fallback: true,
+		// Request strings that are not UTF-8 are recorded with U+FFFD.
+		"actor, request id, path and kind not UTF-8": {
+			c: call{req: &Request{Method: "PO\xffST", Path: "/v1/\xfetool"}, gated: true, kind: "tool.\xff",
+				argsMap: map[string]any{}, identity: "user:\xff", requestID: "r\xc3"},
+			d: Decision{Status: 403, Reason: "contract: preflight_binding_mismatch", PreflightID: "pf_\xff"},
 		},
 	}
 	for name, tc := range tests {
@@ -94,8 +93,9 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Options{}).frameAttrs(&call{req: &Request{}, identity: "\xfe"}, &deny); !errors.Is(err, canon.ErrInvalidUTF8) {
-		t.Fatalf("frameAttrs error = %v, want ErrInvalidUTF8", err)
+	b, err := New(Options{}).frameAttrs(&call{req: &Request{}, identity: "user:\xfe"}, &deny)
+	if err != nil || !bytes.Contains(b, []byte("\"actor\":\"user:\uFFFD\"")) {
+		t.Fatalf("frameAttrs = %s, %v; want the actor with U+FFFD", b, err)
 	}
 }
 

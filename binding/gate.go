@@ -517,7 +517,7 @@ func (g *Gate) readCall(c *call) error {
 	if err != nil {
 		return err
 	}
-	if err := checkFoldedKeys(doc); err != nil {
+	if err := checkValues(doc); err != nil {
 		return fmt.Errorf("body is ambiguous: %w", err)
 	}
 	kind, ok := jsonptr.Resolve(doc, g.o.KindPointer)

@@ -154,13 +154,16 @@ func membersHeld(v any) int {
 	return 0
 }
 
-// checkFoldedKeys returns an error, wrapping errDuplicateKey, when some
-// object in the parsed body names two members that differ only in case
-// (canon.FoldKey). encoding/json matches member names to struct fields
-// without regard to case and keeps the last match, so a Go tool runtime
-// reads {"kind":"tool.echo","KIND":"tool.shell"} as a call of tool.shell
-// while the gate, reading names exactly, would judge tool.echo.
-func checkFoldedKeys(v any) error {
+// checkValues returns an error when the parsed body holds what readers
+// read apart. An object that names two members that differ only in case
+// (canon.FoldKey) wraps errDuplicateKey: encoding/json matches member names
+// to struct fields without regard to case and keeps the last match, so a
+// Go tool runtime reads {"kind":"tool.echo","KIND":"tool.shell"} as a call
+// of tool.shell while the gate, reading names exactly, would judge
+// tool.echo. A number beyond the double's range (1e400) wraps
+// canon.ErrNumber: it has no canonical form to digest or record, and
+// runtimes read it as infinity, as an error or exactly.
+func checkValues(v any) error {
 	switch t := v.(type) {
 	case map[string]any:
 		if len(t) > 1 {
@@ -169,16 +172,19 @@ func checkFoldedKeys(v any) error {
 			}
 		}
 		for _, e := range t {
-			if err := checkFoldedKeys(e); err != nil {
+			if err := checkValues(e); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for _, e := range t {
-			if err := checkFoldedKeys(e); err != nil {
+			if err := checkValues(e); err != nil {
 				return err
 			}
 		}
+	case json.Number:
+		_, err := canon.Number(t)
+		return err
 	}
 	return nil
 }

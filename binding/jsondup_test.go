@@ -1,6 +1,7 @@
 package binding
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -134,9 +135,10 @@ func BenchmarkParseBody(b *testing.B) {
 	}
 }
 
-// TestCheckFoldedKeys: names equal under case folding are found in small
-// and large objects, inside arrays and nested objects; distinct names pass.
-func TestCheckFoldedKeys(t *testing.T) {
+// TestCheckValues: names equal under case folding are found in small and
+// large objects, inside arrays and nested objects; distinct names pass; a
+// number beyond the double's range is refused wherever it is.
+func TestCheckValues(t *testing.T) {
 	big := map[string]any{}
 	for i := range 12 {
 		big[fmt.Sprintf("k%d", i)] = i
@@ -161,10 +163,19 @@ func TestCheckFoldedKeys(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := checkFoldedKeys(tc.doc)
+			err := checkValues(tc.doc)
 			if got := errors.Is(err, errDuplicateKey); got != tc.wantDup || (!tc.wantDup && err != nil) {
-				t.Fatalf("checkFoldedKeys = %v, want a duplicate-key error: %v", err, tc.wantDup)
+				t.Fatalf("checkValues = %v, want a duplicate-key error: %v", err, tc.wantDup)
 			}
 		})
+	}
+	for _, n := range []string{"1e400", "-1E309", "123e999999"} {
+		doc := map[string]any{"args": map[string]any{"a": []any{1, json.Number(n)}}}
+		if err := checkValues(doc); !errors.Is(err, canon.ErrNumber) {
+			t.Errorf("checkValues with %s = %v, want canon.ErrNumber", n, err)
+		}
+	}
+	if err := checkValues(map[string]any{"n": json.Number("1e308"), "m": json.Number("-0.0"), "s": json.Number("1e-400")}); err != nil {
+		t.Errorf("numbers inside the range: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -131,8 +132,10 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 // canonical JSON by hand from their fixed shape: a map put through
 // canon.Marshal costs a quarter of a deny's CPU. The bytes are the ones
 // canon.Marshal writes for frameAttrsMap (frame_test.go compares them); when
-// a member cannot be written (a header that is not UTF-8) the map goes to the
-// log instead, so the write fails exactly as it did before.
+// a member cannot be written the map goes to the log instead, so the write
+// fails exactly as it did before. The strings taken from the request
+// (headers, method, path) are recorded with each byte that is not UTF-8 as
+// U+FFFD (text): every gated request gets its frame, whatever it carries.
 func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	in := wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now}
 	if b, err := g.frameAttrs(c, d); err == nil {
@@ -156,7 +159,7 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	}
 	w.Open()
 	if c.identity != "" {
-		str("actor", c.identity)
+		str("actor", text(c.identity))
 	}
 	if d.AdvisoryReason != "" && !d.Allowed {
 		str("advisory_reason", d.AdvisoryReason)
@@ -175,24 +178,28 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	}
 	w.Name("enforced")
 	w.Bool(enforced)
-	str("method", c.req.Method)
+	str("method", text(c.req.Method))
 	str("mode", string(g.o.Mode))
 	str("outcome", outcome)
-	str("path", pathOnly(c.req.Path))
+	str("path", text(pathOnly(c.req.Path)))
 	if d.PreflightID != "" {
-		str("preflight_id", d.PreflightID)
+		str("preflight_id", text(d.PreflightID))
 	}
 	str("reason", reason)
-	str("request_id", c.requestID)
+	str("request_id", text(c.requestID))
 	w.Name("status")
 	w.Value(d.Status) // an HTTP status: an integer well inside float64's exact range
 	if d.StepID != "" {
 		str("step_id", d.StepID)
 	}
-	str("tool_kind", c.kind)
+	str("tool_kind", text(c.kind))
 	w.Close()
 	return w.Bytes()
 }
+
+// text is s with every byte that is not UTF-8 as U+FFFD; s itself when it
+// is valid, as it nearly always is.
+func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // frameAttrsMap is the decision attrs as a map, for canon.Marshal.
 func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
@@ -203,13 +210,13 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 		"mode":       string(g.o.Mode),
 		"reason":     reason,
 		"status":     d.Status,
-		"request_id": c.requestID,
-		"tool_kind":  c.kind,
-		"method":     c.req.Method,
-		"path":       pathOnly(c.req.Path),
+		"request_id": text(c.requestID),
+		"tool_kind":  text(c.kind),
+		"method":     text(c.req.Method),
+		"path":       text(pathOnly(c.req.Path)),
 	}
 	if d.PreflightID != "" {
-		attrs["preflight_id"] = d.PreflightID
+		attrs["preflight_id"] = text(d.PreflightID)
 	}
 	if d.StepID != "" {
 		attrs["step_id"] = d.StepID
@@ -218,7 +225,7 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 		attrs["advisory_reason"] = d.AdvisoryReason
 	}
 	if c.identity != "" {
-		attrs["actor"] = c.identity
+		attrs["actor"] = text(c.identity)
 	}
 	if c.gated && c.argsMap != nil {
 		if digest, err := c.argsDigest(); err == nil {

@@ -172,6 +172,24 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"actor header not UTF-8": {
+			// Recorded with U+FFFD: the frame is written and the call is
+			// the mismatch it is, not a 503 with no frame.
+			opts: actorHeader,
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Headers["x-autonomy-actor"] = "user:\xff"
+				return r
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "tool.echo", gated: true},
+		"a number beyond a double, raw args kept": {
+			opts: func(o *binding.Options) { o.StoreRawRequests = true },
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte(`{"kind":"tool.echo","args":{"n":1e400}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"args digest differs (bind_arguments)": {
 			call: func(e *env) *binding.Request {
 				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))

@@ -134,9 +134,9 @@ func write(buf *bytes.Buffer, v any) error {
 	case string:
 		return writeString(buf, t)
 	case json.Number:
-		f, err := strconv.ParseFloat(string(t), 64)
+		f, err := Number(t)
 		if err != nil {
-			return fmt.Errorf("%w: %q", ErrNumber, string(t))
+			return err
 		}
 		return writeNumber(buf, f)
 	case float64:
@@ -318,4 +318,14 @@ func writeNumber(buf *bytes.Buffer, f float64) error {
 		buf.WriteString(strconv.Itoa(n - 1))
 	}
 	return nil
+}
+
+// Number is the IEEE double that canonical JSON writes for n, or ErrNumber
+// when n has none (it is out of the double's range, or does not parse).
+func Number(n json.Number) (float64, error) {
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q", ErrNumber, string(n))
+	}
+	return f, nil
 }
