@@ -318,9 +318,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
-	// Methods are case-sensitive (RFC 9110 §9.1), but some runtimes'
-	// frameworks upper-case them (Werkzeug does), so "post" is gated too.
-	c.gated = strings.EqualFold(r.Method, http.MethodPost) && g.gatesPath(r.Path)
+	c.gated = isPost(r) && g.gatesPath(r.Path)
 	if r.OriginErr != nil {
 		// The proxy described the original request two ways: check it
 		// as the tool call it may be, and refuse it as unreadable.
@@ -477,6 +475,26 @@ func withoutParams(p string) string {
 		segs[i], _, _ = strings.Cut(s, ";")
 	}
 	return strings.Join(segs, "/")
+}
+
+// methodOverrides are the headers through which some frameworks let a
+// request name another method than its own.
+var methodOverrides = []string{"x-http-method-override", "x-http-method", "x-method-override"}
+
+// isPost reports whether some tool runtime would route r as a POST.
+// Methods are case-sensitive (RFC 9110 §9.1), but some frameworks
+// upper-case them (Werkzeug does), and some take the method from an
+// override header, so "post" and a GET overridden to POST are POSTs here.
+func isPost(r *Request) bool {
+	if strings.EqualFold(r.Method, http.MethodPost) {
+		return true
+	}
+	for _, h := range methodOverrides {
+		if v, ok := r.Headers[h]; ok && strings.EqualFold(strings.TrimSpace(v), http.MethodPost) {
+			return true
+		}
+	}
+	return false
 }
 
 func pathOnly(p string) string {

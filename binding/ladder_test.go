@@ -282,6 +282,13 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		"GET overridden to POST is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x-http-method-override": "post"})
+				r.Method = http.MethodGet
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -45,7 +46,11 @@ type Options struct {
 	NewRequestID func() string
 	// MaxBodyBytes bounds the body read for the check.
 	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// ActorHeader is gate.actor_header: the gateway faces the client, so a
+	// value the client sent is removed before the check, as a proxy in
+	// front must remove it (docs/DEPLOY.md, section 4).
+	ActorHeader string
+	Logger      *slog.Logger
 	// Transport, when set, replaces the proxy's transport (tests).
 	Transport http.RoundTripper
 }
@@ -99,13 +104,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.o.API.ServeHTTP(w, r)
 		return
 	}
+	// A protocol upgrade would turn the connection into a tunnel whose
+	// later requests reach the upstream unchecked.
+	if r.Header.Get("Upgrade") != "" {
+		writeError(w, http.StatusBadRequest, "upgrade-refused", "gateway: upgrade_refused")
+		return
+	}
 	// The gateway is the proxy: headers only it may set are removed from
 	// what the client sent, so they cannot be forged.
-	r.Header.Del(binding.HeaderAuditID)
-	r.Header.Del(binding.HeaderAdvisoryReason)
-	for _, h := range []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"} {
+	for _, h := range proxyHeaders {
 		r.Header.Del(h)
 	}
+	if g.o.ActorHeader != "" {
+		r.Header.Del(g.o.ActorHeader)
+	}
+	// The headers named in Connection are dropped on the way out, after the
+	// check: the client must not name those the gateway sets or the gate
+	// read. The body is read whole below, so the client's trailers and its
+	// Expect have nothing left to do and are not passed on.
+	keepHeaders(r.Header, binding.HeaderAuditID, binding.HeaderAdvisoryReason, binding.HeaderRequestID,
+		binding.HeaderPreflightID, g.o.ActorHeader)
+	r.Header.Del("Expect")
 	// The gate takes a repeated request id for a retry of the request that
 	// consumed the preflight and allows it again. Only a proxy may choose
 	// the id, so the client's is replaced: the gateway never retries.
@@ -125,7 +144,34 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(req.Body))
 	r.ContentLength = int64(len(req.Body))
+	r.Trailer = nil
 	g.proxy.ServeHTTP(w, r)
+}
+
+// proxyHeaders are the headers only a proxy may set.
+var proxyHeaders = []string{binding.HeaderAuditID, binding.HeaderAdvisoryReason,
+	"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
+
+// keepHeaders removes names from the Connection header's list, so that the
+// proxy's removal of the headers it lists spares them.
+func keepHeaders(h http.Header, names ...string) {
+	conn := h.Values("Connection")
+	if len(conn) == 0 {
+		return
+	}
+	var kept []string
+	for _, v := range conn {
+		for tok := range strings.SplitSeq(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !slices.ContainsFunc(names, func(n string) bool { return n != "" && strings.EqualFold(n, tok) }) {
+				kept = append(kept, tok)
+			}
+		}
+	}
+	h.Del("Connection")
+	if len(kept) > 0 {
+		h.Set("Connection", strings.Join(kept, ", "))
+	}
 }
 
 // isAPIPath reports whether p belongs to the service's own API.

@@ -34,15 +34,18 @@ func (g *recordingGate) Check(_ context.Context, r *binding.Request) binding.Dec
 
 type upstreamSeen struct {
 	path, requestID, auditID, forwardedURI, body string
+	expect                                       string
+	trailer                                      http.Header
 }
 
-func newGateway(t *testing.T, allow bool) (*recordingGate, *httptest.Server, chan upstreamSeen) {
+func newGateway(t *testing.T, allow bool, opts ...func(*Options)) (*recordingGate, *httptest.Server, chan upstreamSeen) {
 	t.Helper()
 	seen := make(chan upstreamSeen, 8)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		seen <- upstreamSeen{path: r.URL.Path, requestID: r.Header.Get("X-Request-Id"),
-			auditID: r.Header.Get("X-Autonomy-Audit-Id"), forwardedURI: r.Header.Get("X-Forwarded-Uri"), body: string(b)}
+			auditID: r.Header.Get("X-Autonomy-Audit-Id"), forwardedURI: r.Header.Get("X-Forwarded-Uri"), body: string(b),
+			expect: r.Header.Get("Expect"), trailer: r.Trailer}
 		w.Write([]byte("upstream"))
 	}))
 	t.Cleanup(up.Close)
@@ -50,8 +53,12 @@ func newGateway(t *testing.T, allow bool) (*recordingGate, *httptest.Server, cha
 	gate := &recordingGate{allow: allow}
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("api " + r.URL.Path)) })
 	n := 0
-	gw := httptest.NewServer(New(Options{Gate: gate, Upstream: u, API: api, MaxBodyBytes: 1 << 10,
-		NewRequestID: func() string { n++; return "rq-" + string(rune('0'+n)) }}))
+	o := Options{Gate: gate, Upstream: u, API: api, MaxBodyBytes: 1 << 10,
+		NewRequestID: func() string { n++; return "rq-" + string(rune('0'+n)) }}
+	for _, f := range opts {
+		f(&o)
+	}
+	gw := httptest.NewServer(New(o))
 	t.Cleanup(gw.Close)
 	return gate, gw, seen
 }
@@ -160,6 +167,63 @@ func TestGatewayRequestIDAndHeaders(t *testing.T) {
 		select {
 		case u := <-seen:
 			t.Errorf("a denied request reached the upstream: %+v", u)
+		default:
+		}
+	})
+}
+
+// TestGatewayClientCannotReshapeTheCall: what the client sends cannot make
+// the upstream get another call than the one the gate checked, nor one
+// without the headers the gateway set.
+func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
+	t.Run("the actor header is the proxy's", func(t *testing.T) {
+		gate, gw, seen := newGateway(t, true, func(o *Options) { o.ActorHeader = "X-Autonomy-Actor" })
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Autonomy-Actor": "user:victim"}, `{"kind":"tool.echo"}`)
+		<-seen
+		if a, ok := gate.seen[0].Headers["x-autonomy-actor"]; ok {
+			t.Errorf("the gate saw the client's actor header %q", a)
+		}
+	})
+	t.Run("Connection cannot drop the gateway's headers", func(t *testing.T) {
+		_, gw, seen := newGateway(t, true)
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{
+			"Connection": "X-Autonomy-Audit-Id, x-request-id, X-Autonomy-Preflight-Id, X-Other"}, `{"kind":"tool.echo"}`)
+		if u := <-seen; u.auditID != "au_test" || u.requestID != "rq-1" {
+			t.Errorf("upstream got audit id %q and request id %q, want au_test and rq-1", u.auditID, u.requestID)
+		}
+	})
+	t.Run("trailers and Expect are not passed on", func(t *testing.T) {
+		_, gw, seen := newGateway(t, true)
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write([]byte(`{"kind":"tool.echo"}`))
+			pw.Close()
+		}()
+		req, err := http.NewRequest("POST", gw.URL+"/v1/tool", pr) // unknown length: chunked, with trailers
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Expect", "100-continue")
+		req.Trailer = http.Header{"X-Autonomy-Audit-Id": {"au_forged"}, "X-Autonomy-Preflight-Id": {"pf_forged"}}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		u := <-seen
+		if len(u.trailer) != 0 || u.expect != "" || u.body != `{"kind":"tool.echo"}` || u.auditID != "au_test" {
+			t.Errorf("upstream got trailer %v, Expect %q, body %q, audit id %q", u.trailer, u.expect, u.body, u.auditID)
+		}
+	})
+	t.Run("upgrades are refused", func(t *testing.T) {
+		gate, gw, seen := newGateway(t, true)
+		resp, body := do(t, "GET", gw.URL+"/ws", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, "")
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "upgrade_refused") || len(gate.seen) != 0 {
+			t.Errorf("upgrade: %d %s, gate saw %d requests", resp.StatusCode, body, len(gate.seen))
+		}
+		select {
+		case u := <-seen:
+			t.Errorf("an upgrade reached the upstream: %+v", u)
 		default:
 		}
 	})
