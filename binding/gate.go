@@ -431,13 +431,14 @@ func (g *Gate) auditID(c *call) string {
 // gatesPath reports whether the request path p names the gate path. It
 // compares what some tool runtime's router would route: the path without
 // its query, percent-decoded, with empty and dot segments resolved and no
-// trailing slash, in any letter case; and also cut at a NUL (C strings),
-// without each segment's ;parameters (servlet containers route
-// /v1/tool;a=b as /v1/tool), and the path of an absolute or
-// scheme-relative target (http://x/v1/tool, //x/v1/tool). So /v1/to%6Fl,
-// /v1//tool, /v1/tool/, /V1/TOOL, /v1/tool%00 and /v1/tool;a=b are all
-// checked rather than waved through; a path that does not decode is
-// checked too.
+// trailing slash, in any letter case; and also cut at a NUL (C strings) or
+// at a decoded ? or # (a runtime that splits the path again: a proxy that
+// re-escapes /v1/tool#x sends /v1/tool%23x), without each segment's
+// ;parameters (servlet containers route /v1/tool;a=b as /v1/tool) or the
+// last segment's .suffix (suffix pattern matching routes /v1/tool.json
+// there), and the path of an absolute or scheme-relative target
+// (http://x/v1/tool, //x/v1/tool). A path that does not decode is checked
+// too.
 func (g *Gate) gatesPath(p string) bool {
 	p = pathOnly(p)
 	if p == g.o.Path {
@@ -454,15 +455,25 @@ func (g *Gate) gatesPath(p string) bool {
 		if err != nil {
 			return true
 		}
-		if i := strings.IndexByte(decoded, 0); i >= 0 {
+		if i := strings.IndexAny(decoded, "\x00?#"); i >= 0 {
 			decoded = decoded[:i]
 		}
-		if strings.EqualFold(path.Clean("/"+decoded), g.routedPath) ||
-			strings.EqualFold(path.Clean("/"+withoutParams(decoded)), g.routedPath) {
+		clean := path.Clean("/" + withoutParams(decoded))
+		if strings.EqualFold(path.Clean("/"+decoded), g.routedPath) || strings.EqualFold(clean, g.routedPath) ||
+			strings.EqualFold(withoutSuffix(clean), g.routedPath) {
 			return true
 		}
 	}
 	return false
+}
+
+// withoutSuffix drops the .suffix of p's last segment.
+func withoutSuffix(p string) string {
+	dir, last := path.Split(p)
+	if i := strings.LastIndexByte(last, '.'); i > 0 {
+		return dir + last[:i]
+	}
+	return p
 }
 
 // withoutParams drops the ;parameters of every segment of p.
