@@ -68,9 +68,18 @@ func (e *evaluation) checkProvenance(r *row, i int, s Step, name string) {
 	}
 }
 
+// maxInputHintBytes bounds the input values one decision offers as hints.
+// Each argument that differs from the input it names gets that input's
+// value as its hint, and many arguments may name one large value: without a
+// bound a request of tens of kilobytes would be answered, and stored, in
+// tens of megabytes.
+const maxInputHintBytes = 64 << 10
+
 // checkInputProvenance compares the argument with the envelope input it
 // claims to copy. The comparison is canonical, so 125 and 125.0 are equal
-// and key order does not matter.
+// and key order does not matter. A mismatch is repairable with the input's
+// value while the decision's input hints stay under maxInputHintBytes;
+// past that it has no hint.
 func (e *evaluation) checkInputProvenance(r *row, i int, s Step, name, pointer string) {
 	field := stepField(i, "provenance/"+jsonptr.Escape(name))
 	input, ok := e.envelopeInput()
@@ -84,13 +93,36 @@ func (e *evaluation) checkInputProvenance(r *row, i int, s Step, name, pointer s
 		return
 	}
 	got, errGot := canon.Marshal(s.Args[name])
-	exp, errExp := canon.Marshal(want)
+	exp, errExp := e.canonicalInput(pointer, want)
 	if errGot != nil || errExp != nil {
 		r.fail(s.ID, field, fmt.Sprintf("argument %q cannot be compared with input %q canonically", name, pointer))
 		return
 	}
-	if !bytes.Equal(got, exp) {
-		r.repairable(s.ID, stepField(i, "args/"+jsonptr.Escape(name)),
-			fmt.Sprintf("argument %q differs from input %q it claims to copy", name, pointer), want)
+	if bytes.Equal(got, exp) {
+		return
 	}
+	argField := stepField(i, "args/"+jsonptr.Escape(name))
+	msg := fmt.Sprintf("argument %q differs from input %q it claims to copy", name, pointer)
+	if e.hintBytes+len(exp) > maxInputHintBytes {
+		r.fail(s.ID, argField, msg+"; the decision's hints already hold all the input it offers")
+		return
+	}
+	e.hintBytes += len(exp)
+	r.repairable(s.ID, argField, msg, want)
+}
+
+// canonicalInput is the canonical form of want, the input value at pointer.
+func (e *evaluation) canonicalInput(pointer string, want any) ([]byte, error) {
+	if b, ok := e.inputCanon[pointer]; ok {
+		return b, nil
+	}
+	b, err := canon.Marshal(want)
+	if err != nil {
+		return nil, err
+	}
+	if e.inputCanon == nil {
+		e.inputCanon = map[string][]byte{}
+	}
+	e.inputCanon[pointer] = b
+	return b, nil
 }

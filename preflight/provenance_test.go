@@ -2,6 +2,8 @@ package preflight
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/contractrefine/autonomy/internal/jsonptr"
@@ -168,5 +170,54 @@ func TestResolvePointer(t *testing.T) {
 				t.Errorf("jsonptr.Resolve(%q) = %v, want %v", tc.ptr, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestInputHintsAreBounded: many arguments naming one large input value
+// each get it as a hint only up to maxInputHintBytes; past that their
+// mismatch has no hint, so the row offers none and the decision stays
+// small instead of repeating the value once per argument.
+func TestInputHintsAreBounded(t *testing.T) {
+	gov := loadGovernance(t)
+	big := map[string]any{}
+	for i := range 2000 {
+		big[fmt.Sprintf("key%04d", i)] = i
+	}
+	input, _ := json.Marshal(map[string]any{"caseRef": "case:882", "amountUsd": 125, "big": big, "small": 7})
+	env := highRiskEnvelope()
+	env.Input = input
+	build := func(args int, pointer string) *Request {
+		req := refundRequest(t)
+		s := &req.Plan.Steps[1]
+		for i := range args {
+			name := fmt.Sprintf("y%03d", i)
+			s.Args[name] = 1
+			s.Provenance[name] = "input:" + pointer
+		}
+		return req
+	}
+
+	// A value of about 28 KB: two hints fit, the third does not.
+	got, err := checkArgumentProvenance(newEvaluation(build(300, "/big"), env, gov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(got)
+	violations, _ := got.Evidence["violations"].([]Violation)
+	if got.Outcome != RowFail || len(got.RepairHints) != 0 || len(violations) != 300 || len(out) > 200<<10 {
+		t.Fatalf("row %s with %d hints, %d violations, %d bytes; want a failing row without hints, bounded",
+			got.Outcome, len(got.RepairHints), len(violations), len(out))
+	}
+	if m := violations[2].Message; !strings.Contains(m, "hints already hold all the input it offers") {
+		t.Errorf("third violation: %q", m)
+	}
+
+	// Small values keep their hints, however many arguments name them.
+	got, err = checkArgumentProvenance(newEvaluation(build(300, "/small"), env, gov))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Outcome != RowFail || len(got.RepairHints) != 300 {
+		t.Fatalf("row %s with %d hints, want 300", got.Outcome, len(got.RepairHints))
 	}
 }

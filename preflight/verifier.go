@@ -104,6 +104,12 @@ type evaluation struct {
 	input        any
 	inputDecoded bool
 	inputOK      bool
+	// inputCanon holds the canonical form of each input value arguments
+	// claim to copy, by pointer: many arguments may name one value.
+	inputCanon map[string][]byte
+	// hintBytes counts the canonical bytes of input values offered as
+	// hints so far (maxInputHintBytes).
+	hintBytes int
 }
 
 // envelopeInput is the envelope's input, decoded once, with json.Number
