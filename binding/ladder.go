@@ -83,6 +83,8 @@ func planContract(s wal.ConsumeStatus) string {
 		return preflight.ReasonBindingMismatch
 	case wal.Replay:
 		return preflight.ReasonReplay
+	case wal.Gone:
+		return preflight.ReasonExpired
 	}
 	return ""
 }
@@ -294,10 +296,7 @@ func (g *Gate) afterConsume(c *call, d Decision, res wal.ConsumeResult) Decision
 		d.StepID = res.StepID
 		return d
 	}
-	reason := preflight.ReasonReplay
-	if res.Status == wal.Mismatch {
-		reason = preflight.ReasonBindingMismatch
-	}
+	reason := planContract(res.Status)
 	if g.o.Mode == ModeEnforce {
 		d.Allowed, d.Status, d.Reason = false, http.StatusForbidden, reason
 		return d

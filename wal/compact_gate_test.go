@@ -93,3 +93,60 @@ func TestCompactionKeepsReplayDenied(t *testing.T) {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 }
+
+// TestCompactionRacingACheck: a Check that began before its binding expired
+// but reaches the log after compaction removed the binding (retention
+// shorter than the Check took) must not consume again: the markers went
+// with the binding, and a gate still holding the binding in its cache would
+// otherwise find every step free. Seen with wal.retention: 1s and a slow
+// policy.
+func TestCompactionRacingACheck(t *testing.T) {
+	ctx := context.Background()
+	db, err := wal.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := bundle.Load(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
+	expires := decided.Add(5 * time.Minute)
+	checkTime := expires.Add(-time.Second) // every Check below began before the expiry
+	gate := func(name string) *binding.Gate {
+		return binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return b },
+			Mode: binding.ModeEnforce, Now: func() time.Time { return checkTime }, NewID: func() string { return "au_" + name + "_000000001" }})
+	}
+	pf := preflight.Binding{PreflightID: "pf_racing_binding_01", AuditID: "au_racing_binding_01", Outcome: preflight.OutcomePass,
+		ActorID: "user:example", ExpiresAt: expires,
+		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell", ArgsDigest: "sha256:unused"}}}
+	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: pf, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: decided}); err != nil {
+		t.Fatal(err)
+	}
+	call := func(g *binding.Gate, kind, requestID string) binding.Decision {
+		return g.Check(ctx, &binding.Request{Method: "POST", Path: "/v1/tool",
+			Headers: map[string]string{"x-autonomy-preflight-id": pf.PreflightID, "x-request-id": requestID},
+			Body:    []byte(`{"kind":"` + kind + `","args":{"cmd":"true"}}`)})
+	}
+	// A second gate (another replica's view, or a Check already past its
+	// lookup) holds the binding in its cache, knowing nothing consumed.
+	other := gate("other")
+	if d := call(other, "tool.echo", "warm"); d.Reason != preflight.ReasonBindingMismatch {
+		t.Fatalf("warming the cache: %+v", d)
+	}
+	if d := call(gate("first"), "tool.shell", "req-1"); !d.Allowed {
+		t.Fatalf("first call denied: %s", d.Reason)
+	}
+	// Compaction runs with a retention of one second past the expiry.
+	rep, err := db.Compact(ctx, expires.Add(time.Second))
+	if err != nil || rep.Preflights != 1 || rep.ConsumedMarkers != 1 {
+		t.Fatalf("compaction = %+v, %v", rep, err)
+	}
+	if d := call(other, "tool.shell", "req-2"); d.Allowed || d.Reason != preflight.ReasonExpired {
+		t.Fatalf("second use after compaction: allowed=%v reason %q; want %q", d.Allowed, d.Reason, preflight.ReasonExpired)
+	}
+	if res, err := db.Consume(ctx, wal.ConsumeRequest{Binding: &pf, Kind: "tool.shell", RequestID: "req-3", Time: checkTime}); err != nil || res.Status != wal.Gone {
+		t.Fatalf("consume of a compacted binding = %+v, %v; want gone", res, err)
+	}
+}

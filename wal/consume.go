@@ -23,6 +23,11 @@ const (
 	Replay
 	// Mismatch: no step of the kind has the given args digest.
 	Mismatch
+	// Gone: the preflight is no longer recorded. Compaction removes a
+	// binding, with its consumed markers, only after it expired, so a
+	// consume that reaches the log after that (its Check began before the
+	// expiry) finds it gone rather than unconsumed.
+	Gone
 )
 
 // String names the status.
@@ -36,6 +41,8 @@ func (s ConsumeStatus) String() string {
 		return "replay"
 	case Mismatch:
 		return "mismatch"
+	case Gone:
+		return "gone"
 	}
 	return "unknown"
 }
@@ -82,6 +89,11 @@ func consumedKey(preflightID string, step int) []byte {
 
 // plan decides, inside tx, what consuming r would do.
 func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
+	// The markers below mean something only while the binding is recorded:
+	// compaction deletes both together.
+	if _, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(r.Binding.PreflightID))); !ok {
+		return ConsumeResult{Status: Gone, StepIndex: -1}, nil
+	}
 	b := tx.btx.Bucket(bucketConsumed)
 	free, digestSeen := -1, false
 	for i := range r.Binding.Steps {
