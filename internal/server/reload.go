@@ -68,8 +68,10 @@ func (s *Server) ServeReloads(ctx context.Context, signals <-chan os.Signal) {
 // reload.watch, and only for a bundle directory: the embedded default never
 // changes). Events are debounced: the reload runs once the directory has
 // been quiet for reload.debounce, so an update that writes several files,
-// or one file in several writes, is loaded once and whole. A reload that
-// still catches a half-written file is refused and the next event retries.
+// or one file in several quick writes, is loaded once and whole. A file
+// caught half-written is refused when the cut breaks its syntax, and the
+// next event retries; a YAML file cut at a line end still parses, so
+// bundle files must be replaced whole (docs/OPERATIONS.md).
 // Replacing the directory itself ends the watch; SIGHUP still reloads.
 func (s *Server) watchBundle(ctx context.Context) {
 	if s.cfg.Bundle == "" || !s.cfg.Reload.Watch {
