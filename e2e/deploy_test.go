@@ -43,17 +43,17 @@ const (
 	dpMismatch  = "contract: preflight_binding_mismatch"
 	dpExpired   = "contract: preflight_expired"
 	dpRequired  = "contract: preflight_required"
-	dpKindHdr   = "X-Tool-Kind"
+	dpKindHdr   = "X-Autonomy-Tool-Kind"
 	dpShellKind = "tool.shell" // requires_preflight in the default bundle
 )
 
 // dpMainConfig is the service config of every path: the kind header is
 // what nginx's body-less check reads; the others send a body and ignore it.
-const dpMainConfig = "gate:\n  kind_header: x-tool-kind\n"
+const dpMainConfig = "gate:\n  kind_header: x-autonomy-tool-kind\n"
 
 // dpExpiryConfig is the same with a one-second binding window, for the
 // expired step.
-const dpExpiryConfig = "contract_refine:\n  binding_window: 1s\ngate:\n  kind_header: x-tool-kind\n"
+const dpExpiryConfig = "contract_refine:\n  binding_window: 1s\ngate:\n  kind_header: x-autonomy-tool-kind\n"
 
 var dpRuntimeBuild struct {
 	once sync.Once
@@ -245,7 +245,7 @@ var dpNoRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Requ
 }}
 
 // dpHTTPCall posts a tool call to url the way an agent does (the kind in
-// the body and, for body-less checks, in X-Tool-Kind), and reads the
+// the body and, for body-less checks, in X-Autonomy-Tool-Kind), and reads the
 // answer: the request id and audit id from the response headers, the
 // reason from a JSON deny body.
 func dpHTTPCall(t *testing.T, url string, c dpCall) dpResult {

@@ -3,7 +3,7 @@ package e2e
 // Path (c) of issue 4: real nginx from Debian's packages in front of the
 // tool runtime, asking the service's HTTP check with auth_request. nginx
 // sends no body to the check, so the services read the tool kind from the
-// X-Tool-Kind header (gate.kind_header). The config is
+// X-Autonomy-Tool-Kind header (gate.kind_header). The config is
 // testdata/nginx/nginx.conf.tmpl.
 
 import (
@@ -241,4 +241,21 @@ func TestDeployNginx(t *testing.T) {
 		t.Errorf("a tool call without a preflight, with the client's X-Forwarded-*: status %d, want 403", resp.StatusCode)
 	}
 	l.verify(t, main, st.rt)
+
+	// The check sees only the kind header; a body naming another tool is
+	// refused by the runtime, so tool.echo's check cannot run tool.shell.
+	req, err = http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(dpKindHdr, "tool.echo")
+	resp, err = dpNoRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "kind-mismatch") {
+		t.Errorf("tool.shell in the body behind a tool.echo kind header: %d %s, want 400 kind-mismatch", resp.StatusCode, body)
+	}
 }

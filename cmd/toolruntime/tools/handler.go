@@ -20,10 +20,14 @@ const DefaultMaxBodyBytes = 1 << 20
 // Header names the runtime reads from a gated request. Envoy adds the audit id
 // and the advisory reason on allow; the other two come from the caller.
 const (
-	HeaderAuditID         = "X-Autonomy-Audit-Id"
-	HeaderAdvisoryReason  = "X-Autonomy-Advisory-Reason"
-	HeaderPreflightID     = "X-Autonomy-Preflight-Id"
-	HeaderRequestID       = "X-Request-Id"
+	HeaderAuditID        = "X-Autonomy-Audit-Id"
+	HeaderAdvisoryReason = "X-Autonomy-Advisory-Reason"
+	HeaderPreflightID    = "X-Autonomy-Preflight-Id"
+	HeaderRequestID      = "X-Request-Id"
+	// HeaderToolKind carries the kind to a check that never sees the body
+	// (nginx auth_request, docs/DEPLOY.md section 3): a call whose body
+	// names another kind than the header the check judged is refused.
+	HeaderToolKind        = "X-Autonomy-Tool-Kind"
 	statusClientCancelled = 499 // nginx's code for a client that went away; only ever logged
 )
 
@@ -35,6 +39,7 @@ const (
 	CodeMethodNotAllowed = "method-not-allowed"
 	CodeRequestTooLarge  = "request-too-large"
 	CodeCancelled        = "cancelled"
+	CodeKindMismatch     = "kind-mismatch"
 )
 
 // Options configures a Handler. The zero value is usable.
@@ -125,6 +130,10 @@ func (h *Handler) call(r *http.Request) (string, int, any) {
 			return "", http.StatusRequestEntityTooLarge, errorBody(CodeRequestTooLarge, "body over the limit")
 		}
 		return req.Kind, http.StatusBadRequest, errorBody(CodeMalformedRequest, err.Error())
+	}
+	if hk := r.Header.Values(HeaderToolKind); len(hk) > 0 && (len(hk) > 1 || hk[0] != req.Kind) {
+		return req.Kind, http.StatusBadRequest, errorBody(CodeKindMismatch,
+			"the body's kind "+req.Kind+" is not the "+HeaderToolKind+" the check was given")
 	}
 	tool, ok := h.tools[req.Kind]
 	if !ok {

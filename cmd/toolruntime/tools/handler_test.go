@@ -345,6 +345,7 @@ func TestOtherRequests(t *testing.T) {
 	srv, logs := newServer(t, tools.Options{MaxBodyBytes: 64})
 	tests := map[string]struct {
 		method, path, body string
+		kindHeader         string
 		wantStatus         int
 		wantCode           string
 		wantLogged         bool
@@ -362,6 +363,18 @@ func TestOtherRequests(t *testing.T) {
 			method: http.MethodGet, path: "/healthz",
 			wantStatus: http.StatusOK,
 		},
+		// Behind a check that saw only the kind header, the body must not
+		// name another tool.
+		"kind header and body disagree": {
+			method: http.MethodPost, path: "/v1/tool", kindHeader: "tool.echo",
+			body:       `{"kind":"tool.shell","args":{}}`,
+			wantStatus: http.StatusBadRequest, wantCode: tools.CodeKindMismatch, wantLogged: true,
+		},
+		"kind header and body agree": {
+			method: http.MethodPost, path: "/v1/tool", kindHeader: "tool.echo",
+			body:       `{"kind":"tool.echo","args":{}}`,
+			wantStatus: http.StatusOK, wantLogged: true,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -369,6 +382,9 @@ func TestOtherRequests(t *testing.T) {
 			req, err := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.kindHeader != "" {
+				req.Header.Set(tools.HeaderToolKind, tc.kindHeader)
 			}
 			got := do(t, srv, req)
 			if got.status != tc.wantStatus {
