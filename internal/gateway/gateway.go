@@ -118,6 +118,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.o.ActorHeader != "" {
 		r.Header.Del(g.o.ActorHeader)
 	}
+	// Nor spelt with underscores, which some servers read as dashes
+	// (Envoy's configs refuse such names outright).
+	for k := range r.Header {
+		if strings.Contains(k, "_") && g.proxyOnly(http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
+			r.Header.Del(k)
+		}
+	}
 	// The headers named in Connection are dropped on the way out, after the
 	// check: the client must not name those the gateway sets or the gate
 	// read. The body is read whole below, so the client's trailers and its
@@ -146,6 +153,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.ContentLength = int64(len(req.Body))
 	r.Trailer = nil
 	g.proxy.ServeHTTP(w, r)
+}
+
+// proxyOnly reports whether the canonical header name k is one a client
+// may not send through the gateway.
+func (g *Gateway) proxyOnly(k string) bool {
+	is := func(h string) bool { return h != "" && http.CanonicalHeaderKey(h) == k }
+	return slices.ContainsFunc(proxyHeaders, is) || is(binding.HeaderRequestID) || is(g.o.ActorHeader)
 }
 
 // proxyHeaders are the headers only a proxy may set.

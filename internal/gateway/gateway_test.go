@@ -184,6 +184,26 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 			t.Errorf("the gate saw the client's actor header %q", a)
 		}
 	})
+	t.Run("nor can their underscore spellings", func(t *testing.T) {
+		headers := make(chan http.Header, 1)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { headers <- r.Header.Clone() }))
+		defer up.Close()
+		u, _ := url.Parse(up.URL)
+		gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10,
+			ActorHeader: "X-Autonomy-Actor", NewRequestID: func() string { return "rq-1" }}))
+		defer gw.Close()
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X_Autonomy_Audit_Id": "au_forged", "X_Autonomy_Actor": "user:forged",
+			"X_Request_Id": "forged", "X_Autonomy_Advisory_Reason": "x", "X_Other": "kept"}, `{"kind":"tool.echo"}`)
+		got := <-headers
+		for k := range got {
+			if strings.Contains(k, "_") && k != "X_other" {
+				t.Errorf("upstream got %s: %q", k, got[k])
+			}
+		}
+		if got.Get("X_Other") != "kept" {
+			t.Errorf("an unrelated underscore header was dropped: %v", got)
+		}
+	})
 	t.Run("Connection cannot drop the gateway's headers", func(t *testing.T) {
 		_, gw, seen := newGateway(t, true)
 		do(t, "POST", gw.URL+"/v1/tool", map[string]string{
