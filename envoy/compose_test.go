@@ -99,26 +99,11 @@ func checkPinnedEnvoyImage(image string) error {
 	return nil
 }
 
-// flatten lists a YAML mapping's leaf keys as dotted paths.
-func flatten(prefix string, m map[string]any, out map[string]any) {
-	for k, v := range m {
-		key := k
-		if prefix != "" {
-			key = prefix + "." + k
-		}
-		if sub, ok := v.(map[string]any); ok {
-			flatten(key, sub, out)
-			continue
-		}
-		out[key] = v
-	}
-}
-
 // checkAutonomyConfig checks a shipped service config: the service's own
 // loader accepts it as serve would, in enforce mode, with the identity
-// header that Envoy strips from clients. It returns the config and its
-// leaf keys.
-func checkAutonomyConfig(t *testing.T, text []byte) (config.Config, map[string]any) {
+// header that Envoy strips from clients. It returns the config serve runs
+// with (defaults for what the file leaves out).
+func checkAutonomyConfig(t *testing.T, text []byte) config.Config {
 	t.Helper()
 	cfg := config.Default()
 	if err := config.Decode(bytes.NewReader(text), &cfg); err != nil {
@@ -127,29 +112,22 @@ func checkAutonomyConfig(t *testing.T, text []byte) (config.Config, map[string]a
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("autonomy config: the service would refuse to start: %v", err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(text, &doc); err != nil {
-		t.Fatalf("autonomy config: %v", err)
+	if cfg.ContractRefine.Mode != config.ModeEnforce {
+		t.Errorf("contract_refine.mode = %v, want enforce", cfg.ContractRefine.Mode)
 	}
-	keys := map[string]any{}
-	flatten("", doc, keys)
-	if keys["contract_refine.mode"] != "enforce" {
-		t.Errorf("contract_refine.mode = %v, want enforce", keys["contract_refine.mode"])
+	if cfg.Gate.ActorHeader != actorHeader {
+		t.Errorf("gate.actor_header = %v, want %s (the header Envoy strips and passes to the check)", cfg.Gate.ActorHeader, actorHeader)
 	}
-	if keys["gate.actor_header"] != actorHeader {
-		t.Errorf("gate.actor_header = %v, want %s (the header Envoy strips and passes to the check)", keys["gate.actor_header"], actorHeader)
-	}
-	return cfg, keys
+	return cfg
 }
 
 // listenAddr is where a service listens: the flag in its command line, else
-// the key in its config file.
-func listenAddr(args []string, flagName string, config map[string]any, key string) string {
+// what its config says.
+func listenAddr(args []string, flagName, configured string) string {
 	if v := flagValue(args, flagName); v != "" {
 		return v
 	}
-	s, _ := config[key].(string)
-	return s
+	return configured
 }
 
 func TestCompose(t *testing.T) {
@@ -162,7 +140,7 @@ func TestCompose(t *testing.T) {
 
 	serviceConfigPath := service.mountOf("./envoy/autonomy.yaml")
 	serviceArgs := append(slices.Clone(service.Entrypoint), service.Command...)
-	serviceCfg, serviceConfig := checkAutonomyConfig(t, readFile(t, "autonomy.yaml"))
+	serviceCfg := checkAutonomyConfig(t, readFile(t, "autonomy.yaml"))
 	runtimeArgs := append(slices.Clone(runtime.Entrypoint), runtime.Command...)
 
 	t.Run("envoy runs the pinned official image with envoy.yaml", func(t *testing.T) {
@@ -202,9 +180,9 @@ func TestCompose(t *testing.T) {
 
 	t.Run("envoy clusters reach the services where they listen", func(t *testing.T) {
 		listens := map[string]struct{ service, addr string }{
-			"toolruntime":   {"toolruntime", listenAddr(runtimeArgs, "--addr", nil, "")},
-			"autonomy_grpc": {"autonomy", listenAddr(serviceArgs, "--grpc-addr", serviceConfig, "grpc_addr")},
-			"autonomy_http": {"autonomy", listenAddr(serviceArgs, "--http-addr", serviceConfig, "http_addr")},
+			"toolruntime":   {"toolruntime", listenAddr(runtimeArgs, "--addr", "")},
+			"autonomy_grpc": {"autonomy", listenAddr(serviceArgs, "--grpc-addr", serviceCfg.GRPCAddr)},
+			"autonomy_http": {"autonomy", listenAddr(serviceArgs, "--http-addr", serviceCfg.HTTPAddr)},
 		}
 		for cluster, l := range listens {
 			host, port, err := net.SplitHostPort(l.addr)
@@ -238,7 +216,7 @@ func TestCompose(t *testing.T) {
 	})
 
 	t.Run("WAL on the named volume", func(t *testing.T) {
-		dataDir := listenAddr(serviceArgs, "--data-dir", serviceConfig, "data_dir")
+		dataDir := listenAddr(serviceArgs, "--data-dir", serviceCfg.DataDir)
 		if dataDir != "/data" {
 			t.Errorf("autonomy data dir = %q, want /data", dataDir)
 		}
@@ -254,7 +232,7 @@ func TestCompose(t *testing.T) {
 			}
 		}
 		test := service.Healthcheck.Test
-		httpAddr := listenAddr(serviceArgs, "--http-addr", serviceConfig, "http_addr")
+		httpAddr := listenAddr(serviceArgs, "--http-addr", serviceCfg.HTTPAddr)
 		_, port, _ := net.SplitHostPort(httpAddr)
 		if path.Base(test[1]) != "autonomy" || !slices.Contains(test, "healthcheck") ||
 			flagValue(test, "--url") != "http://127.0.0.1:"+port+"/readyz" {
