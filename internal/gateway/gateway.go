@@ -111,18 +111,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The gateway is the proxy: headers only it may set are removed from
-	// what the client sent, so they cannot be forged.
-	for _, h := range proxyHeaders {
-		r.Header.Del(h)
-	}
-	if g.o.ActorHeader != "" {
-		r.Header.Del(g.o.ActorHeader)
-	}
-	// Nor spelt with underscores, which some servers read as dashes
-	// (Envoy's configs refuse such names outright).
+	// what the client sent, so they cannot be forged; spelt with
+	// underscores too, which some servers read as dashes (Envoy's configs
+	// refuse such names outright).
 	for k := range r.Header {
-		if strings.Contains(k, "_") && g.proxyOnly(http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
-			r.Header.Del(k)
+		if g.proxyOnly(http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
+			delete(r.Header, k)
 		}
 	}
 	// The headers named in Connection are dropped on the way out, after the
@@ -155,14 +149,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, r)
 }
 
-// proxyOnly reports whether the canonical header name k is one a client
-// may not send through the gateway.
+// proxyOnly reports whether the canonical header name k is one only a
+// proxy may set: the client's value is removed (the request id is then
+// the gateway's own).
 func (g *Gateway) proxyOnly(k string) bool {
 	is := func(h string) bool { return h != "" && http.CanonicalHeaderKey(h) == k }
 	return slices.ContainsFunc(proxyHeaders, is) || is(binding.HeaderRequestID) || is(g.o.ActorHeader)
 }
 
-// proxyHeaders are the headers only a proxy may set.
+// proxyHeaders are the fixed names proxyOnly knows beside the request id
+// and the configured actor header.
 var proxyHeaders = []string{binding.HeaderAuditID, binding.HeaderAdvisoryReason,
 	"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
 
