@@ -12,27 +12,66 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
+// gateFixture is a WAL in a temporary directory and the embedded bundle,
+// for driving the real gate (enforce mode) around a compaction.
+type gateFixture struct {
+	t  *testing.T
+	db *wal.DB
+	b  *bundle.Bundle
+}
+
+func newGateFixture(t *testing.T) *gateFixture {
+	t.Helper()
+	db, err := wal.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b, err := bundle.Load(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gateFixture{t: t, db: db, b: b}
+}
+
+// gate is a gate with a cold cache whose clock reads *now.
+func (f *gateFixture) gate(now *time.Time, auditID string) *binding.Gate {
+	return binding.New(binding.Options{Store: f.db, Policy: func() binding.Policy { return f.b },
+		Mode: binding.ModeEnforce, Now: func() time.Time { return *now }, NewID: func() string { return auditID }})
+}
+
+// record records a one-step tool.shell preflight (tool.shell binds no
+// arguments) decided at decided.
+func (f *gateFixture) record(id string, decided, expires time.Time) preflight.Binding {
+	f.t.Helper()
+	pf := preflight.Binding{PreflightID: "pf_" + id, AuditID: "au_" + id, Outcome: preflight.OutcomePass,
+		ActorID: "user:example", ExpiresAt: expires,
+		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell", ArgsDigest: "sha256:unused"}}}
+	if _, err := f.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: pf,
+		Decision: json.RawMessage(`{"outcome":"pass"}`), Time: decided}); err != nil {
+		f.t.Fatal(err)
+	}
+	return pf
+}
+
+// call is a tool call of kind under pf with the given request id.
+func call(g *binding.Gate, pf preflight.Binding, kind, requestID string) binding.Decision {
+	return g.Check(context.Background(), &binding.Request{Method: "POST", Path: "/v1/tool",
+		Headers: map[string]string{"x-autonomy-preflight-id": pf.PreflightID, "x-request-id": requestID},
+		Body:    []byte(`{"kind":"` + kind + `","args":{"cmd":"true"}}`)})
+}
+
 // TestCompactionKeepsReplayDenied drives the real gate (enforce mode, the
 // embedded bundle) around a compaction: a consumed one-step preflight whose
 // binding is still live must keep denying replays after its old neighbours
 // are compacted away, even through a gate with a cold cache.
 func TestCompactionKeepsReplayDenied(t *testing.T) {
 	ctx := context.Background()
-	db, err := wal.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := bundle.Load(ctx, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newGateFixture(t)
+	db := f.db
 	decided := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
 	now := decided.Add(time.Minute)
-	newGate := func() *binding.Gate {
-		return binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return b },
-			Mode: binding.ModeEnforce, Now: func() time.Time { return now }, NewID: func() string { return "au_unbound_call_0001" }})
-	}
+	newGate := func() *binding.Gate { return f.gate(&now, "au_unbound_call_0001") }
 
 	// Old traffic that retention may remove.
 	for i := range 5 {
@@ -41,19 +80,8 @@ func TestCompactionKeepsReplayDenied(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	digest := "sha256:unused" // tool.shell does not bind arguments
-	pf := preflight.Binding{PreflightID: "pf_live_binding_0001", AuditID: "au_live_binding_0001", Outcome: preflight.OutcomePass,
-		ActorID: "user:example", ExpiresAt: decided.Add(5 * time.Minute),
-		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell", ArgsDigest: digest}}}
-	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: pf, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: decided}); err != nil {
-		t.Fatal(err)
-	}
-	call := func(g *binding.Gate, requestID string) binding.Decision {
-		return g.Check(ctx, &binding.Request{Method: "POST", Path: "/v1/tool",
-			Headers: map[string]string{"x-autonomy-preflight-id": pf.PreflightID, "x-request-id": requestID},
-			Body:    []byte(`{"kind":"tool.shell","args":{"cmd":"true"}}`)})
-	}
-	if d := call(newGate(), "req-1"); !d.Allowed {
+	pf := f.record("live_binding_0001", decided, decided.Add(5*time.Minute))
+	if d := call(newGate(), pf, "tool.shell", "req-1"); !d.Allowed {
 		t.Fatalf("first call denied: %s", d.Reason)
 	}
 
@@ -66,10 +94,10 @@ func TestCompactionKeepsReplayDenied(t *testing.T) {
 	if rep.Frames != 5 || rep.StopReason != wal.StopLiveBinding || rep.ConsumedMarkers != 0 {
 		t.Fatalf("compaction = %+v", rep)
 	}
-	if d := call(newGate(), "req-2"); d.Allowed || d.Reason != preflight.ReasonReplay {
+	if d := call(newGate(), pf, "tool.shell", "req-2"); d.Allowed || d.Reason != preflight.ReasonReplay {
 		t.Fatalf("replay after compaction: allowed=%v reason %q; want %q", d.Allowed, d.Reason, preflight.ReasonReplay)
 	}
-	if d := call(newGate(), "req-1"); !d.Allowed {
+	if d := call(newGate(), pf, "tool.shell", "req-1"); !d.Allowed {
 		t.Fatalf("Envoy's repeat Check of the consuming request after compaction denied: %s", d.Reason)
 	}
 	if v, err := db.Verify(ctx); err != nil || !v.OK() {
@@ -86,7 +114,7 @@ func TestCompactionKeepsReplayDenied(t *testing.T) {
 	if rep.StopReason != wal.StopEnd || rep.Preflights != 1 || rep.ConsumedMarkers != 1 {
 		t.Fatalf("compaction after expiry = %+v", rep)
 	}
-	if d := call(newGate(), "req-3"); d.Allowed || d.Reason != preflight.ReasonPreflightRequired {
+	if d := call(newGate(), pf, "tool.shell", "req-3"); d.Allowed || d.Reason != preflight.ReasonPreflightRequired {
 		t.Fatalf("call on a compacted preflight: allowed=%v reason %q", d.Allowed, d.Reason)
 	}
 	if v, err := db.Verify(ctx); err != nil || !v.OK() {
@@ -102,40 +130,20 @@ func TestCompactionKeepsReplayDenied(t *testing.T) {
 // policy.
 func TestCompactionRacingACheck(t *testing.T) {
 	ctx := context.Background()
-	db, err := wal.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := bundle.Load(ctx, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newGateFixture(t)
+	db := f.db
 	decided := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
 	expires := decided.Add(5 * time.Minute)
 	checkTime := expires.Add(-time.Second) // every Check below began before the expiry
-	gate := func(name string) *binding.Gate {
-		return binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return b },
-			Mode: binding.ModeEnforce, Now: func() time.Time { return checkTime }, NewID: func() string { return "au_" + name + "_000000001" }})
-	}
-	pf := preflight.Binding{PreflightID: "pf_racing_binding_01", AuditID: "au_racing_binding_01", Outcome: preflight.OutcomePass,
-		ActorID: "user:example", ExpiresAt: expires,
-		Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.shell", ArgsDigest: "sha256:unused"}}}
-	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: pf, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: decided}); err != nil {
-		t.Fatal(err)
-	}
-	call := func(g *binding.Gate, kind, requestID string) binding.Decision {
-		return g.Check(ctx, &binding.Request{Method: "POST", Path: "/v1/tool",
-			Headers: map[string]string{"x-autonomy-preflight-id": pf.PreflightID, "x-request-id": requestID},
-			Body:    []byte(`{"kind":"` + kind + `","args":{"cmd":"true"}}`)})
-	}
+	gate := func(name string) *binding.Gate { return f.gate(&checkTime, "au_"+name+"_000000001") }
+	pf := f.record("racing_binding_01", decided, expires)
 	// A second gate (another replica's view, or a Check already past its
 	// lookup) holds the binding in its cache, knowing nothing consumed.
 	other := gate("other")
-	if d := call(other, "tool.echo", "warm"); d.Reason != preflight.ReasonBindingMismatch {
+	if d := call(other, pf, "tool.echo", "warm"); d.Reason != preflight.ReasonBindingMismatch {
 		t.Fatalf("warming the cache: %+v", d)
 	}
-	if d := call(gate("first"), "tool.shell", "req-1"); !d.Allowed {
+	if d := call(gate("first"), pf, "tool.shell", "req-1"); !d.Allowed {
 		t.Fatalf("first call denied: %s", d.Reason)
 	}
 	// Compaction runs with a retention of one second past the expiry.
@@ -143,7 +151,7 @@ func TestCompactionRacingACheck(t *testing.T) {
 	if err != nil || rep.Preflights != 1 || rep.ConsumedMarkers != 1 {
 		t.Fatalf("compaction = %+v, %v", rep, err)
 	}
-	if d := call(other, "tool.shell", "req-2"); d.Allowed || d.Reason != preflight.ReasonExpired {
+	if d := call(other, pf, "tool.shell", "req-2"); d.Allowed || d.Reason != preflight.ReasonExpired {
 		t.Fatalf("second use after compaction: allowed=%v reason %q; want %q", d.Allowed, d.Reason, preflight.ReasonExpired)
 	}
 	if res, err := db.Consume(ctx, wal.ConsumeRequest{Binding: &pf, Kind: "tool.shell", RequestID: "req-3", Time: checkTime}); err != nil || res.Status != wal.Gone {
