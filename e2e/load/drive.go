@@ -42,6 +42,9 @@ type result struct {
 	WritesPerCommit float64 `json:"wal_writes_per_commit,omitempty"`
 	// CommitsPerCall is the service's WAL commits per call.
 	CommitsPerCall float64 `json:"wal_commits_per_call,omitempty"`
+	// CommitMicros is how long the service's WAL commits took on average,
+	// fsyncs included.
+	CommitMicros float64 `json:"wal_us_per_commit,omitempty"`
 }
 
 // call is one request; i numbers it within its scenario.

@@ -70,9 +70,9 @@ func TestLoadRunsBriefly(t *testing.T) {
 				}
 				// Every service call writes (a preflight, a marker or a
 				// decision frame), so its WAL committed; a floor has none.
-				if service := target != targetFloor; service != (r.CommitsPerCall > 0 && r.WritesPerCommit >= 1) {
-					t.Errorf("%s / %s at %d: %.3f commits per call, %.1f writes per commit",
-						target, sc, conc, r.CommitsPerCall, r.WritesPerCommit)
+				if service := target != targetFloor; service != (r.CommitsPerCall > 0 && r.WritesPerCommit >= 1 && r.CommitMicros > 0) {
+					t.Errorf("%s / %s at %d: %.3f commits per call, %.1f writes per commit, %.0f µs per commit",
+						target, sc, conc, r.CommitsPerCall, r.WritesPerCommit, r.CommitMicros)
 				}
 			}
 		}

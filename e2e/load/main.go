@@ -347,12 +347,13 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 // per call and what its WAL's group commit did meanwhile (read from its own
 // /metrics), so a figure can be traced to commits as well as to CPU.
 func (s *service) measure(ctx context.Context, run func() result) result {
-	c0, w0, err0 := walCommits(ctx, s.cl.http, s.base)
+	w0, err0 := walCommits(ctx, s.cl.http, s.base)
 	r := withCPU(s.proc.pid(), run)
-	c1, w1, err1 := walCommits(ctx, s.cl.http, s.base)
-	if err0 == nil && err1 == nil && c1 > c0 && r.Calls > 0 {
-		r.WritesPerCommit = (w1 - w0) / (c1 - c0)
-		r.CommitsPerCall = (c1 - c0) / float64(r.Calls)
+	w1, err1 := walCommits(ctx, s.cl.http, s.base)
+	if commits := w1.commits - w0.commits; err0 == nil && err1 == nil && commits > 0 && r.Calls > 0 {
+		r.WritesPerCommit = (w1.writes - w0.writes) / commits
+		r.CommitsPerCall = commits / float64(r.Calls)
+		r.CommitMicros = (w1.seconds - w0.seconds) / commits * 1e6
 	}
 	return r
 }
@@ -513,7 +514,7 @@ func (rep *report) add(out io.Writer, target, scenario string, r result) {
 		cpu = fmt.Sprintf("  cpu %5.0f µs/call", r.CPUMicros)
 	}
 	if r.CommitsPerCall > 0 {
-		cpu += fmt.Sprintf("  wal %.2f commits/call, %.1f writes/commit", r.CommitsPerCall, r.WritesPerCommit)
+		cpu += fmt.Sprintf("  wal %.2f commits/call, %.1f writes/commit, %.0f µs/commit", r.CommitsPerCall, r.WritesPerCommit, r.CommitMicros)
 	}
 	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s%s\n",
 		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, cpu, note)
@@ -557,8 +558,15 @@ func (rep *report) judge(cfg settings) {
 		s, f := rep.find(targetService, scConsume, 1), rep.find(targetFloor, scFloorCheck, 1)
 		if f.P50Micros > 0 {
 			got := s.P50Micros / f.P50Micros
-			rep.Goals = append(rep.Goals, goal{Name: "check consume at 1: p50 / check (floor) p50",
-				Got: got, Want: "<= 3.0", Met: got <= 3})
+			g := goal{Name: "check consume at 1: p50 / check (floor) p50", Got: got, Want: "<= 3.0", Met: got <= 3}
+			if s.CommitMicros > 0 {
+				// A consuming Check cannot answer before its marker's commit
+				// is on disk, so the floor's p50 plus the service's mean
+				// commit time bounds the ratio from below.
+				g.Notes = fmt.Sprintf("floor p50 + one WAL commit (%.0f µs) = %.2f × the floor p50",
+					s.CommitMicros, (f.P50Micros+s.CommitMicros)/f.P50Micros)
+			}
+			rep.Goals = append(rep.Goals, g)
 		}
 	}
 	if cfg.fill > 0 {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -345,30 +346,51 @@ func withCPU(pid int, run func() result) result {
 	return r
 }
 
+// walStats is what the service's WAL group commit has done so far, read
+// from its /metrics.
+type walStats struct {
+	commits, writes float64
+	// seconds is the time all those commits took, fsyncs included.
+	seconds float64
+}
+
 // walCommits reads the service's group-commit counters from its /metrics:
-// how many WAL commits it has made and how many writes they carried.
-func walCommits(ctx context.Context, hc *http.Client, base string) (commits, writes float64, err error) {
+// how many WAL commits it has made, how many writes they carried and how
+// long they took.
+func walCommits(ctx context.Context, hc *http.Client, base string) (walStats, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return walStats{}, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return walStats{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("load: GET /metrics: %s", resp.Status)
+		return walStats{}, fmt.Errorf("load: GET /metrics: %s", resp.Status)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("load: GET /metrics: %w", err)
+		return walStats{}, fmt.Errorf("load: GET /metrics: %w", err)
 	}
-	f, ok := families["autonomy_wal_commit_batch_size"]
+	batch, err := histogram(families, "autonomy_wal_commit_batch_size")
+	if err != nil {
+		return walStats{}, err
+	}
+	took, err := histogram(families, "autonomy_wal_commit_duration_seconds")
+	if err != nil {
+		return walStats{}, err
+	}
+	return walStats{commits: float64(batch.GetSampleCount()), writes: batch.GetSampleSum(), seconds: took.GetSampleSum()}, nil
+}
+
+// histogram is the one unlabelled histogram named name in families.
+func histogram(families map[string]*dto.MetricFamily, name string) (*dto.Histogram, error) {
+	f, ok := families[name]
 	if !ok || len(f.GetMetric()) != 1 {
-		return 0, 0, errors.New("load: /metrics has no autonomy_wal_commit_batch_size")
+		return nil, fmt.Errorf("load: /metrics has no %s", name)
 	}
-	h := f.GetMetric()[0].GetHistogram()
-	return float64(h.GetSampleCount()), h.GetSampleSum(), nil
+	return f.GetMetric()[0].GetHistogram(), nil
 }
