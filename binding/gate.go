@@ -191,8 +191,28 @@ type Request struct {
 	// gate denies the request, whatever method and path it names, as
 	// gate: malformed_tool_call.
 	OriginErr error
+	// LineMethod and LinePath are the HTTP check's own method and path
+	// (after its /v1/authz prefix) when forwarded headers supplied Method
+	// and Path instead. Envoy's http_service puts the original request in
+	// that line, so a line that is a gated call while the headers name
+	// another request is refused like OriginErr: the headers may be the
+	// client's, sent to make a tool call look like something else.
+	LineMethod, LinePath string
 	// Principal is the mTLS peer principal, when there is one.
 	Principal string
+}
+
+// errLineConflict is the refusal of a check whose own line is a gated call
+// that its forwarded headers describe as another request.
+var errLineConflict = errors.New("binding: the check's own line is a gated call and its forwarded headers name another request")
+
+// lineConflict reports whether r's own line is a gated call that its
+// forwarded headers describe as another request.
+func (g *Gate) lineConflict(r *Request) bool {
+	if r.LinePath == "" || (r.LineMethod == r.Method && r.LinePath == r.Path) {
+		return false
+	}
+	return isPost(&Request{Method: r.LineMethod, Headers: r.Headers}) && g.gatesPath(r.LinePath)
 }
 
 // Decision is the gate's answer.
@@ -324,6 +344,9 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		// as the tool call it may be, and refuse it as unreadable.
 		c.gated = true
 		c.contract, c.errDetail = reasonMalformedCall, r.OriginErr
+	} else if g.lineConflict(r) {
+		c.gated = true
+		c.contract, c.errDetail = reasonMalformedCall, errLineConflict
 	}
 	d.Gated = c.gated
 	if c.gated && c.contract == "" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/binding"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -438,8 +439,11 @@ func checkIdentityAndRequestID(t *testing.T, c envoyConfig) {
 			removed = append(removed, mu.GetRemove())
 		}
 	}
-	if !slices.Contains(removed, actorHeader) {
-		t.Errorf("a client-sent %s is not stripped before the filters run (early header mutations remove %v)", actorHeader, removed)
+	// The runtime trusts these because only Envoy or the service sets them.
+	for _, h := range []string{actorHeader, binding.HeaderAuditID, binding.HeaderAdvisoryReason} {
+		if !slices.Contains(removed, h) {
+			t.Errorf("a client-sent %s is not stripped before the filters run (early header mutations remove %v)", h, removed)
+		}
 	}
 	if !c.hcm.GetUseRemoteAddress().GetValue() || c.hcm.GetPreserveExternalRequestId() {
 		t.Error("x-request-id must be Envoy's own: use_remote_address true, preserve_external_request_id false")

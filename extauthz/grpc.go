@@ -127,6 +127,10 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 		if d.AdvisoryReason != "" {
 			a.advisory.set(binding.HeaderAdvisoryReason, d.AdvisoryReason)
 			headers = append(headers, &a.advisory.opt)
+		} else {
+			// Only the service says why a binding failed: a copy the
+			// client sent must not reach the runtime.
+			a.ok.HeadersToRemove = advisoryOnly
 		}
 		a.ok.Headers = headers
 		a.oneof.OkResponse = &a.ok
@@ -150,6 +154,10 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	r.resp = authv3.CheckResponse{Status: &r.status, HttpResponse: &r.oneof, DynamicMetadata: meta}
 	return &r.resp
 }
+
+// advisoryOnly is the allow's headers_to_remove when the service sets no
+// advisory reason; the response never changes it.
+var advisoryOnly = []string{binding.HeaderAdvisoryReason}
 
 // header is one header to set, overwriting any of the same name.
 type header struct {
@@ -189,12 +197,15 @@ type denyResponse struct {
 // dynamicMetadata is {"autonomy":{"audit_id","mode","reason"}}, the values
 // in one block with the two structs that hold them.
 func dynamicMetadata(d *binding.Decision) *structpb.Struct {
-	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(d.Reason) {
+	// The reason the decision frame records under the same audit id: in
+	// advisory mode, the binding failure that was let through.
+	_, reason, _ := d.Recorded()
+	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(reason) {
 		return nil
 	}
 	m := new(metadata)
 	m.auditID.Kind, m.mode.Kind, m.reason.Kind = &m.auditIDKind, &m.modeKind, &m.reasonKind
-	m.auditIDKind.StringValue, m.modeKind.StringValue, m.reasonKind.StringValue = d.AuditID, string(d.Mode), d.Reason
+	m.auditIDKind.StringValue, m.modeKind.StringValue, m.reasonKind.StringValue = d.AuditID, string(d.Mode), reason
 	m.inner.Fields = map[string]*structpb.Value{"audit_id": &m.auditID, "mode": &m.mode, "reason": &m.reason}
 	m.innerKind.StructValue = &m.inner
 	m.autonomy.Kind = &m.innerKind

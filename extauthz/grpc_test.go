@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,6 +105,15 @@ func wantAllowed(t testing.TB, resp *authv3.CheckResponse, auditID, mode, reason
 	}
 	if fmt.Sprint(h) != fmt.Sprint(want) {
 		t.Fatalf("upstream headers %v, want %v", h, want)
+	}
+	// A client-sent advisory reason never reaches the runtime: the service's
+	// own overwrites it, or the allow removes it.
+	wantRemoved := []string{"x-autonomy-advisory-reason"}
+	if advisory != "" {
+		wantRemoved = nil
+	}
+	if got := resp.GetOkResponse().GetHeadersToRemove(); !slices.Equal(got, wantRemoved) {
+		t.Fatalf("headers_to_remove %q, want %q", got, wantRemoved)
 	}
 	for _, o := range resp.GetOkResponse().GetHeaders() {
 		if o.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
@@ -217,7 +227,7 @@ func TestGRPCDenies(t *testing.T) {
 	adv := newEnv(t, binding.ModeAdvisory)
 	ac := serveGRPC(t, adv.gate)
 	resp := check(t, ac, envoyCheck("tool.shell", map[string]any{"cmd": "ls"}, "", "req-4"))
-	wantAllowed(t, resp, metadata(resp)["audit_id"].(string), "advisory", "policy: allowed", preflight.ReasonPreflightRequired)
+	wantAllowed(t, resp, metadata(resp)["audit_id"].(string), "advisory", preflight.ReasonPreflightRequired, preflight.ReasonPreflightRequired)
 }
 
 // TestGRPCUnavailable: when the gate cannot decide, Envoy is told
@@ -294,7 +304,7 @@ func TestGRPCConcurrentChecksOneAllow(t *testing.T) {
 						wantAllowed(t, resp, pf.AuditID, "advisory", preflight.ReasonPassed, "")
 					case preflight.ReasonReplay:
 						replays++
-						wantAllowed(t, resp, pf.AuditID, "advisory", "policy: allowed", preflight.ReasonReplay)
+						wantAllowed(t, resp, pf.AuditID, "advisory", preflight.ReasonReplay, preflight.ReasonReplay)
 					default:
 						t.Fatalf("advisory reason %q", adv)
 					}

@@ -60,7 +60,9 @@ var (
 // (Envoy http_service with path_prefix /v1/authz). A forwarded URI without
 // a forwarded method is taken as a POST, so it is checked, never assumed safe.
 // When both pairs are present and disagree, the gate refuses the request
-// (gate: malformed_tool_call): one of them may come from the client.
+// (gate: malformed_tool_call): one of them may come from the client. So it
+// does when the check's own line is a gated call (Envoy's form) and the
+// headers name another request.
 //
 // A body that cannot be read, or is over maxBody, is recorded in BodyErr and
 // the gate denies the call.
@@ -101,6 +103,11 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 		uri = parsed.RequestURI()
 	}
 	req := &binding.Request{Method: method, Path: uri, Headers: headers, OriginErr: originErr}
+	if line := strings.TrimPrefix(r.URL.RequestURI(), HTTPPrefix); (forwarded || original) && line != "" && line != "/" {
+		// The check's own line names a request too (Envoy's path_prefix
+		// form); the gate refuses it if that one is a gated call.
+		req.LineMethod, req.LinePath = r.Method, line
+	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		req.Principal = principalOf(r.TLS.PeerCertificates[0])
 	}

@@ -160,6 +160,21 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 		"both pairs agreeing": {http.MethodGet, "/v1/authz",
 			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell",
 				"X-Original-Method": "POST", "X-Original-URI": "/v1/tool"}, nil, 403, preflight.ReasonPreflightRequired},
+		// Behind Envoy's http_service the check's own line is the original
+		// request: forwarded headers that make a tool call look like
+		// something else may be the client's, and are refused.
+		"client's X-Forwarded-Method beside Envoy's line": {http.MethodPost, "/v1/authz/v1/tool",
+			map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/v1/tool"}, echoBody(), 403, "gate: malformed_tool_call"},
+		"client's X-Original-URI beside Envoy's line": {http.MethodPost, "/v1/authz/v1/tool",
+			map[string]string{"X-Original-URI": "/v1/other"}, echoBody(), 403, "gate: malformed_tool_call"},
+		"headers agreeing with Envoy's line": {http.MethodPost, "/v1/authz/v1/tool",
+			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
+		// nginx's subrequest is a GET, whatever its line: the headers decide.
+		"nginx's GET line with the original URI": {http.MethodGet, "/v1/authz/v1/tool",
+			map[string]string{"X-Original-Method": "GET", "X-Original-URI": "/v1/other"}, nil, 200, ""},
+		"nginx's GET line naming the gated call": {http.MethodGet, "/v1/authz/v1/tool",
+			map[string]string{"X-Original-Method": "POST", "X-Original-URI": "/v1/tool", "X-Tool-Kind": "tool.shell"}, nil, 403, preflight.ReasonPreflightRequired},
 		// Paths a runtime's router takes for the gated one are gated.
 		"gated path percent-encoded": {http.MethodPost, "/v1/authz/v1/to%6Fl",
 			nil, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
