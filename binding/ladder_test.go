@@ -2,6 +2,7 @@ package binding_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -187,6 +188,16 @@ func ladderRungs() map[string]rung {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)
 				r.Body = []byte(`{"kind":"tool.echo","args":{"n":1e400}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"a number more precise than a double (bind_arguments)": {
+			// 2^53+1 reads as the preflighted 2^53: the digests match, and
+			// a runtime that reads integers exactly would act on another id.
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"n": json.Number("9007199254740992")}))
+				r := echoCall(b.PreflightID)
+				r.Body = []byte(`{"kind":"tool.echo","args":{"n":9007199254740993}}`)
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
