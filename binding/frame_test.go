@@ -93,6 +93,18 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 			}
 		})
 	}
+	// SPEC §5.5 names preflight_id and step_id for every decision frame:
+	// a deny that named no preflight still has both, empty.
+	var noIDs map[string]any
+	if b, err := New(Options{}).frameAttrs(&call{req: &Request{}}, &deny); err != nil || json.Unmarshal(b, &noIDs) != nil {
+		t.Fatalf("frameAttrs = %s, %v", b, err)
+	}
+	if pf, ok := noIDs["preflight_id"]; !ok || pf != "" {
+		t.Errorf("preflight_id %v (present %v), want empty", pf, ok)
+	}
+	if st, ok := noIDs["step_id"]; !ok || st != "" {
+		t.Errorf("step_id %v (present %v), want empty", st, ok)
+	}
 	b, err := New(Options{}).frameAttrs(&call{req: &Request{}, identity: "user:\xfe"}, &deny)
 	if err != nil || !bytes.Contains(b, []byte("\"actor\":\"user:\uFFFD\"")) {
 		t.Fatalf("frameAttrs = %s, %v; want the actor with U+FFFD", b, err)

@@ -376,6 +376,10 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	if c.bound != nil {
 		d.PreflightID = c.bound.b.PreflightID
+	} else if c.hasHeader && idShape.MatchString(c.headerID) {
+		// An id-shaped id the log does not know: the frame names what
+		// was presented, so the audit shows which id was tried.
+		d.PreflightID = c.headerID
 	}
 	d.AuditID = g.auditID(c)
 

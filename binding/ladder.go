@@ -184,16 +184,12 @@ func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	str("mode", string(g.o.Mode))
 	str("outcome", outcome)
 	str("path", text(pathOnly(c.req.Path)))
-	if d.PreflightID != "" {
-		str("preflight_id", text(d.PreflightID))
-	}
+	str("preflight_id", text(d.PreflightID))
 	str("reason", reason)
 	str("request_id", text(c.requestID))
 	w.Name("status")
 	w.Value(d.Status) // an HTTP status: an integer well inside float64's exact range
-	if d.StepID != "" {
-		str("step_id", d.StepID)
-	}
+	str("step_id", d.StepID)
 	str("tool_kind", text(c.kind))
 	w.Close()
 	return w.Bytes()
@@ -216,12 +212,10 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 		"tool_kind":  text(c.kind),
 		"method":     text(c.req.Method),
 		"path":       text(pathOnly(c.req.Path)),
-	}
-	if d.PreflightID != "" {
-		attrs["preflight_id"] = text(d.PreflightID)
-	}
-	if d.StepID != "" {
-		attrs["step_id"] = d.StepID
+		// Named by SPEC §5.5 for every decision frame: empty when the
+		// request named no preflight or consumed no step.
+		"preflight_id": text(d.PreflightID),
+		"step_id":      d.StepID,
 	}
 	if d.AdvisoryReason != "" && !d.Allowed {
 		attrs["advisory_reason"] = d.AdvisoryReason

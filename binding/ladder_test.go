@@ -34,6 +34,9 @@ type rung struct {
 	// bound: the header resolves to a recorded preflight, so the decision
 	// carries its ids.
 	bound bool
+	// presented: the header holds an id-shaped id the log does not know;
+	// when the ladder runs, the decision names it all the same.
+	presented bool
 	// everyMode: the failure is not a ContractRefine check the mode governs
 	// (an unreadable tool call) and is enforced in every mode.
 	everyMode bool
@@ -107,7 +110,7 @@ func ladderRungs() map[string]rung {
 			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
 		"unknown id": {
 			call:     func(e *env) *binding.Request { return echoCall("pf_AAAAAAAAAAAAAAAAAAAAAA") },
-			contract: preflight.ReasonPreflightRequired, kind: "tool.echo", gated: true},
+			contract: preflight.ReasonPreflightRequired, presented: true, kind: "tool.echo", gated: true},
 		"kind not bound": {
 			call: func(e *env) *binding.Request {
 				return toolCall("tool.shell", map[string]any{"cmd": "ls"}, withID(echo(e).PreflightID, "req-1"))
@@ -346,6 +349,9 @@ func TestLadder(t *testing.T) {
 					}
 				} else if d.AuditID != "au_gate000000000001" {
 					t.Fatalf("audit id %q, want a fresh one", d.AuditID)
+				}
+				if r.presented && mode != binding.ModeDisabled {
+					wantPF = req.Headers[binding.HeaderPreflightID]
 				}
 				if d.PreflightID != wantPF {
 					t.Fatalf("preflight id %q, want %q", d.PreflightID, wantPF)
