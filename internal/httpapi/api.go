@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -142,6 +144,21 @@ func (a *API) fail(w http.ResponseWriter, status int, code, path, message string
 	writeError(w, status, code, path, message, retryable)
 }
 
+// dryRunOf reads ?dry_run: absent is a real run; a value strconv.ParseBool
+// takes decides; anything else, or the parameter twice, is not ok, so a
+// client that meant a dry run never gets a recorded one by a spelling.
+func dryRunOf(q url.Values) (dryRun, ok bool) {
+	vs, present := q["dry_run"]
+	if !present {
+		return false, true
+	}
+	if len(vs) != 1 {
+		return false, false
+	}
+	b, err := strconv.ParseBool(vs[0])
+	return b, err == nil
+}
+
 // postPreflight decides one PreflightRequest.
 func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -159,7 +176,11 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body could not be read.", false)
 		return
 	}
-	dryRun := r.URL.Query().Get("dry_run") == "true"
+	dryRun, ok := dryRunOf(r.URL.Query())
+	if !ok {
+		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The dry_run parameter must be given once, as true or false (or 1, t, 0, f).", false)
+		return
+	}
 	req, rerr := preflight.DecodeRequest(body)
 	if rerr != nil {
 		a.fail(w, http.StatusBadRequest, rerr.Code, rerr.Path, rerr.Message, false)

@@ -87,6 +87,30 @@ func TestDryRunWritesNothing(t *testing.T) {
 	}
 }
 
+// TestDryRunSpellings shows that ?dry_run takes strconv.ParseBool's
+// spellings, and that any other value is refused rather than read as a
+// real run that writes.
+func TestDryRunSpellings(t *testing.T) {
+	f := newFixture(t)
+	for _, q := range []string{"dry_run=true", "dry_run=1", "dry_run=TRUE", "dry_run=t", "dry_run=True"} {
+		if d := mustDecision(t, f.do(http.MethodPost, "/v1/preflight?"+q, readRequest(t, "read_repair"))); d.PreflightID != "" {
+			t.Errorf("%s: id %q, want a dry run", q, d.PreflightID)
+		}
+	}
+	for _, q := range []string{"dry_run=yes", "dry_run=", "dry_run", "dry_run=true&dry_run=false", "dry_run=on"} {
+		errs := mustError(t, f.do(http.MethodPost, "/v1/preflight?"+q, readRequest(t, "read_repair")), http.StatusBadRequest)
+		if errs[0].Code != httpapi.CodeMalformedRequest {
+			t.Errorf("%s: %+v", q, errs)
+		}
+	}
+	if n := f.frames(); n != 0 {
+		t.Fatalf("%d frames written, want none", n)
+	}
+	if d := mustDecision(t, f.do(http.MethodPost, "/v1/preflight?dry_run=false", readRequest(t, "read_repair"))); d.PreflightID == "" {
+		t.Error("dry_run=false: no id, want a real run")
+	}
+}
+
 func TestIdempotentReplay(t *testing.T) {
 	f := newFixture(t)
 	first := f.post(readRequest(t, "refund_pass"))
