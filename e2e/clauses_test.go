@@ -278,11 +278,11 @@ func TestClausePreflightRows(t *testing.T) {
 			kind: "account.withdraw.documented", args: `{"amount": -1}`,
 			wantOutcome: "pass", wantReason: "contract: passed",
 		},
-		"message replaces the default text": {
+		"message opens the text, the expression and its values follow": {
 			kind: "account.withdraw.explained", args: `{"amount": 0}`,
 			wantOutcome: "deny", wantReason: cbReasonPrecondition,
 			wantRows: []cbClauseRow{row("account.withdraw.explained", "s1:precondition[0]", cbReasonPrecondition, "args.amount > 0",
-				"a withdrawal must move a positive amount")},
+				"a withdrawal must move a positive amount: args.amount > 0 (args.amount = 0)")},
 		},
 		"a short list is within the configured cost limit": {
 			kind: "batch.sum", args: `{"items": [1, 2, 3]}`,

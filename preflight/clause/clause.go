@@ -243,8 +243,8 @@ func (s *Set) Check(kind string, args map[string]any) []preflight.ClauseViolatio
 
 // eval runs one clause. It reports ok only when the clause evaluated to
 // true; otherwise msg says why. The contract's message replaces the default
-// for a false clause but not for an evaluation error, which the operator
-// needs to see to fix the bundle or the caller.
+// opening of a false clause's message but not an evaluation error's, which
+// the operator needs to see to fix the bundle or the caller.
 func (ck *check) eval(activation map[string]any, args map[string]any, override string) (msg string, ok bool) {
 	val, _, err := ck.program.Eval(activation)
 	if err != nil {
@@ -258,7 +258,9 @@ func (ck *check) eval(activation map[string]any, args map[string]any, override s
 		return "", true
 	}
 	if override != "" {
-		return override, false
+		// The operator's words lead; the expression and the values it read
+		// follow, as in every violation message (SPEC §7).
+		return override + ": " + ck.expression + describe(ck.bindings, args, false), false
 	}
 	return fmt.Sprintf("%s violated: %s%s", ck.clause, ck.expression, describe(ck.bindings, args, false)), false
 }

@@ -150,12 +150,12 @@ func TestCheck(t *testing.T) {
 				Reason:  "clause: precondition_violated",
 			}},
 		},
-		"message overrides a false clause": {
+		"message opens a false clause's message": {
 			contract: preflight.ContractSpec{Preconditions: []string{"args.amountUsd > 0"}, Message: "refund amount must be positive"},
 			args:     map[string]any{"amountUsd": -5.0},
 			want: []preflight.ClauseViolation{{
 				Kind: refundKind, Clause: "precondition", Index: 0, Expression: "args.amountUsd > 0",
-				Message: "refund amount must be positive",
+				Message: "refund amount must be positive: args.amountUsd > 0 (args.amountUsd = -5)",
 				Reason:  "clause: precondition_violated",
 			}},
 		},
