@@ -285,6 +285,9 @@ func TestConfigErrorsStopStartup(t *testing.T) {
 		"ttl not a duration":    {"contract_refine:\n  binding_cache_ttl: soon\n", "contract_refine.binding_cache_ttl", 2},
 		"attempts above max":    {"contract_refine:\n\n  max_repair_attempts: 4\n", "contract_refine.max_repair_attempts", 3},
 		"body limit negative":   {"http:\n  max_body_bytes: -1\n", "http.max_body_bytes", 2},
+		"attempts fractional":   {"contract_refine:\n  max_repair_attempts: 2.9\n", "contract_refine.max_repair_attempts", 2},
+		"gate path with query":  {"gate:\n  path: /v1/tool?x\n", "gate.path", 2},
+		"header name invalid":   {"gate:\n  kind_header: bad header\n", "gate.kind_header", 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -310,6 +313,17 @@ func TestConfigErrorsStopStartup(t *testing.T) {
 			}
 			wantNamed("serve", s.Logs())
 		})
+	}
+}
+
+// TestServeNamesBadFlag shows that a bad listen address given as a flag is
+// refused before listening and named as the flag.
+func TestServeNamesBadFlag(t *testing.T) {
+	for _, args := range [][]string{{"--http-addr", "5"}, {"--grpc-addr", "127.0.0.1:abc"}, {"--http-addr", ""}} {
+		res := RunAutonomy(t, append([]string{"serve", "--data-dir", t.TempDir()}, args...)...)
+		if res.Code == 0 || !strings.Contains(res.Stderr, args[0]+":") || strings.Contains(res.Stderr, "listening") {
+			t.Errorf("serve %v: exit %d\n%s", args, res.Code, res.Stderr)
+		}
 	}
 }
 

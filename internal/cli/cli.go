@@ -82,23 +82,42 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 	cmd.Flags().StringVar(&f.gatewayAddr, "gateway-addr", "", "built-in gateway listen address (with --upstream)")
 }
 
+func nonEmpty(v string) error {
+	if v == "" {
+		return errors.New("must not be empty")
+	}
+	return nil
+}
+
 // load reads the file, applies the flags that were set and validates.
 func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	cfg, err := config.Load(f.file)
 	if err != nil {
 		return cfg, err
 	}
-	set := func(name string, dst *string, v string) {
-		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
-			*dst = v
+	var flagErrs []error
+	set := func(name string, dst *string, v string, check func(string) error) {
+		fl := cmd.Flags().Lookup(name)
+		if fl == nil || !fl.Changed {
+			return
 		}
+		// A bad flag value is named as the flag, not as the file's key.
+		if check != nil {
+			if err := check(v); err != nil {
+				flagErrs = append(flagErrs, fmt.Errorf("--%s: %w", name, err))
+			}
+		}
+		*dst = v
 	}
-	set("http-addr", &cfg.HTTPAddr, f.httpAddr)
-	set("grpc-addr", &cfg.GRPCAddr, f.grpcAddr)
-	set("data-dir", &cfg.DataDir, f.dataDir)
-	set("bundle", &cfg.Bundle, f.bundle)
-	set("upstream", &cfg.Upstream, f.upstream)
-	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr)
+	set("http-addr", &cfg.HTTPAddr, f.httpAddr, config.CheckListenAddr)
+	set("grpc-addr", &cfg.GRPCAddr, f.grpcAddr, config.CheckListenAddr)
+	set("data-dir", &cfg.DataDir, f.dataDir, nonEmpty)
+	set("bundle", &cfg.Bundle, f.bundle, nil)
+	set("upstream", &cfg.Upstream, f.upstream, nil)
+	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr, config.CheckListenAddr)
+	if len(flagErrs) > 0 {
+		return cfg, errors.Join(flagErrs...)
+	}
 	if fl := cmd.Flags().Lookup("mode"); fl != nil && fl.Changed {
 		m, err := config.ParseMode(f.mode)
 		if err != nil {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 )
 
@@ -212,6 +214,36 @@ func Decode(r io.Reader, cfg *Config) error {
 
 var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
 
+// integerKeys are the keys whose values are whole numbers.
+var integerKeys = []string{"contract_refine.max_repair_attempts", "contract_refine.binding_cache_size",
+	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit"}
+
+// notInPath reports a character gate.path cannot hold.
+func notInPath(r rune) bool { return r == '?' || r == '#' || r <= ' ' || r == 0x7f }
+
+// CheckListenAddr checks a listen address the way serve will use it:
+// "unix:/path" (or "unix:///path") names a socket, anything else is
+// host:port with a port number or service name.
+func CheckListenAddr(a string) error {
+	if a == "" {
+		return errors.New("must not be empty")
+	}
+	if path, ok := strings.CutPrefix(a, "unix:"); ok {
+		if strings.TrimPrefix(path, "//") == "" {
+			return fmt.Errorf("%q names no socket path", a)
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port or unix:/path: %v", a, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q has no usable port: %v", a, err)
+	}
+	return nil
+}
+
 // Validate checks every value and returns an error naming the first bad key.
 func (c *Config) Validate() error {
 	var errs []error
@@ -260,8 +292,27 @@ func (c *Config) Validate() error {
 			bad(key, "must be positive, got %s", d)
 		}
 	}
-	if !strings.HasPrefix(c.Gate.Path, "/") {
-		bad("gate.path", "must start with /, got %q", c.Gate.Path)
+	for _, key := range integerKeys {
+		if v, ok := c.src.float(key); ok {
+			bad(key, "must be a whole number, got %s", v)
+		}
+	}
+	if !strings.HasPrefix(c.Gate.Path, "/") || strings.ContainsFunc(c.Gate.Path, notInPath) {
+		// A query or fragment in it would never equal a request's path,
+		// and nothing would be gated.
+		bad("gate.path", "must be a path starting with / with no query, fragment, space or control character, got %q", c.Gate.Path)
+	}
+	for key, h := range map[string]string{"gate.kind_header": c.Gate.KindHeader, "gate.actor_header": c.Gate.ActorHeader} {
+		if h != "" && !httpguts.ValidHeaderFieldName(h) {
+			bad(key, "%q is not an HTTP header name: no request could carry it", h)
+		}
+	}
+	for key, a := range map[string]string{"http_addr": c.HTTPAddr, "grpc_addr": c.GRPCAddr, "gateway_addr": c.GatewayAddr} {
+		if a != "" {
+			if err := CheckListenAddr(a); err != nil {
+				bad(key, "%v", err)
+			}
+		}
 	}
 	if !pointerRE.MatchString(c.Gate.KindPointer) {
 		bad("gate.kind_pointer", "%q is not a JSON Pointer", c.Gate.KindPointer)

@@ -68,6 +68,21 @@ wal: {retention: 24h, store_raw_requests: true}
 		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
 		"negative body limit":       {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
 		"wrong type":                {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
+		// yaml would truncate these into the integer fields without a word.
+		"fractional repairs":    {yaml: "contract_refine: {max_repair_attempts: 2.9}\n", wantErr: "line 1: contract_refine.max_repair_attempts: must be a whole number, got 2.9"},
+		"fractional body limit": {yaml: "http:\n  max_body_bytes: 1e6\n", wantErr: "line 2: http.max_body_bytes: must be a whole number, got 1e6"},
+		"whole numbers":         {yaml: "contract_refine: {binding_cache_size: 5000}\nclauses: {cost_limit: 100}\n", check: func(c Config) bool { return c.ContractRefine.BindingCacheSize == 5000 }},
+		// A query in gate.path would never match a request path: nothing gated.
+		"gate path with a query":        {yaml: "gate: {path: \"/v1/tool?x\"}\n", wantErr: `gate.path: must be a path starting with /`},
+		"gate path with a space":        {yaml: "gate: {path: \"/v1/to ol\"}\n", wantErr: `gate.path: must be a path`},
+		"kind header not a name":        {yaml: "gate: {kind_header: \"bad header\"}\n", wantErr: `gate.kind_header: "bad header" is not an HTTP header name`},
+		"actor header not a name":       {yaml: "gate: {actor_header: \"x:y\"}\n", wantErr: `gate.actor_header: "x:y" is not an HTTP header name`},
+		"http addr without a port":      {yaml: "http_addr: nohost\n", wantErr: `line 1: http_addr: "nohost" is not host:port`},
+		"http addr a number":            {yaml: "http_addr: 5\n", wantErr: `http_addr: "5" is not host:port`},
+		"grpc addr bad port":            {yaml: "grpc_addr: \"127.0.0.1:abc\"\n", wantErr: `grpc_addr: "127.0.0.1:abc" has no usable port`},
+		"grpc addr port too high":       {yaml: "grpc_addr: \"127.0.0.1:70000\"\n", wantErr: `grpc_addr: "127.0.0.1:70000" has no usable port`},
+		"grpc addr empty socket":        {yaml: "grpc_addr: \"unix:\"\n", wantErr: `grpc_addr: "unix:" names no socket path`},
+		"listen addrs that serve takes": {yaml: "http_addr: \":0\"\ngrpc_addr: unix:///run/autonomy/grpc.sock\n", check: func(c Config) bool { return c.HTTPAddr == ":0" }},
 		"reload and tracing keys": {yaml: "reload: {watch: false, debounce: 2s}\ntracing: {otlp_endpoint: http://collector:4317, sample_ratio: 0.5}\n",
 			check: func(c Config) bool {
 				return !c.Reload.Watch && c.Reload.Debounce == 2*time.Second &&

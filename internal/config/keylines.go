@@ -14,8 +14,9 @@ import (
 // a decoding error does, and a decoding error (a value of the wrong type,
 // which yaml reports by line only) names its key.
 type source struct {
-	keyLine map[string]int // dotted key path → line of the key
-	valueAt map[int]string // line → dotted key path of the first scalar value on it
+	keyLine map[string]int    // dotted key path → line of the key
+	valueAt map[int]string    // line → dotted key path of the first scalar value on it
+	floats  map[string]string // dotted key path → a value written with a fraction or exponent
 }
 
 // indexLines indexes the keys of a YAML document. It returns nil when the
@@ -25,7 +26,7 @@ func indexLines(b []byte) *source {
 	if err := yaml.Unmarshal(b, &doc); err != nil || len(doc.Content) == 0 {
 		return nil
 	}
-	s := &source{keyLine: map[string]int{}, valueAt: map[int]string{}}
+	s := &source{keyLine: map[string]int{}, valueAt: map[int]string{}, floats: map[string]string{}}
 	s.walk(doc.Content[0], "")
 	return s
 }
@@ -44,11 +45,24 @@ func (s *source) walk(n *yaml.Node, prefix string) {
 		if _, taken := s.valueAt[v.Line]; !taken && v.Kind != yaml.MappingNode {
 			s.valueAt[v.Line] = path
 		}
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+			s.floats[path] = v.Value
+		}
 		s.walk(v, path)
 	}
 }
 
 // line returns the line of key in the file, 0 when it is not there.
+// float returns the value of key when the file wrote it as a float: yaml
+// truncates 2.9 into an integer field without a word.
+func (s *source) float(key string) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	v, ok := s.floats[key]
+	return v, ok
+}
+
 func (s *source) line(key string) int {
 	if s == nil {
 		return 0
