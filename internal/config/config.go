@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -63,6 +64,7 @@ type Config struct {
 	TLS            TLS            `yaml:"tls"`
 	Tracing        Tracing        `yaml:"tracing"`
 	Reload         Reload         `yaml:"reload"`
+	Gateway        Gateway        `yaml:"gateway"`
 
 	// src is where each key was in the loaded file, so errors name lines.
 	src *source
@@ -127,6 +129,33 @@ type Access struct {
 	// AllowRemoteReads opens the read endpoints to non-loopback clients when
 	// no tokens are configured.
 	AllowRemoteReads bool `yaml:"allow_remote_reads"`
+}
+
+// Gateway holds the built-in gateway's keys beside upstream and
+// gateway_addr.
+type Gateway struct {
+	// TrustedProxies are the addresses or CIDR prefixes of proxies in front
+	// of the gateway that authenticate the caller and set gate.actor_header
+	// themselves; from any other peer the header is removed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// TrustedProxyPrefixes parses Gateway.TrustedProxies; a bare address is a
+// prefix of its full length.
+func (g Gateway) TrustedProxyPrefixes() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(g.TrustedProxies))
+	for _, v := range g.TrustedProxies {
+		if a, err := netip.ParseAddr(v); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", v)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // TLS holds the listener TLS keys.
@@ -324,6 +353,12 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if _, err := c.Gateway.TrustedProxyPrefixes(); err != nil {
+		bad("gateway.trusted_proxies", "%v", err)
+	}
+	if len(c.Gateway.TrustedProxies) > 0 && c.Gate.ActorHeader == "" {
+		bad("gateway.trusted_proxies", "trusts proxies to set gate.actor_header, which is not set")
 	}
 	if (c.Upstream == "") != (c.GatewayAddr == "") {
 		bad("upstream", "upstream and gateway_addr go together")

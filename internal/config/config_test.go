@@ -73,15 +73,24 @@ wal: {retention: 24h, store_raw_requests: true}
 		"fractional body limit": {yaml: "http:\n  max_body_bytes: 1e6\n", wantErr: "line 2: http.max_body_bytes: must be a whole number, got 1e6"},
 		"whole numbers":         {yaml: "contract_refine: {binding_cache_size: 5000}\nclauses: {cost_limit: 100}\n", check: func(c Config) bool { return c.ContractRefine.BindingCacheSize == 5000 }},
 		// A query in gate.path would never match a request path: nothing gated.
-		"gate path with a query":        {yaml: "gate: {path: \"/v1/tool?x\"}\n", wantErr: `gate.path: must be a path starting with /`},
-		"gate path with a space":        {yaml: "gate: {path: \"/v1/to ol\"}\n", wantErr: `gate.path: must be a path`},
-		"kind header not a name":        {yaml: "gate: {kind_header: \"bad header\"}\n", wantErr: `gate.kind_header: "bad header" is not an HTTP header name`},
-		"actor header not a name":       {yaml: "gate: {actor_header: \"x:y\"}\n", wantErr: `gate.actor_header: "x:y" is not an HTTP header name`},
-		"http addr without a port":      {yaml: "http_addr: nohost\n", wantErr: `line 1: http_addr: "nohost" is not host:port`},
-		"http addr a number":            {yaml: "http_addr: 5\n", wantErr: `http_addr: "5" is not host:port`},
-		"grpc addr bad port":            {yaml: "grpc_addr: \"127.0.0.1:abc\"\n", wantErr: `grpc_addr: "127.0.0.1:abc" has no usable port`},
-		"grpc addr port too high":       {yaml: "grpc_addr: \"127.0.0.1:70000\"\n", wantErr: `grpc_addr: "127.0.0.1:70000" has no usable port`},
-		"grpc addr empty socket":        {yaml: "grpc_addr: \"unix:\"\n", wantErr: `grpc_addr: "unix:" names no socket path`},
+		"gate path with a query":   {yaml: "gate: {path: \"/v1/tool?x\"}\n", wantErr: `gate.path: must be a path starting with /`},
+		"gate path with a space":   {yaml: "gate: {path: \"/v1/to ol\"}\n", wantErr: `gate.path: must be a path`},
+		"kind header not a name":   {yaml: "gate: {kind_header: \"bad header\"}\n", wantErr: `gate.kind_header: "bad header" is not an HTTP header name`},
+		"actor header not a name":  {yaml: "gate: {actor_header: \"x:y\"}\n", wantErr: `gate.actor_header: "x:y" is not an HTTP header name`},
+		"http addr without a port": {yaml: "http_addr: nohost\n", wantErr: `line 1: http_addr: "nohost" is not host:port`},
+		"http addr a number":       {yaml: "http_addr: 5\n", wantErr: `http_addr: "5" is not host:port`},
+		"grpc addr bad port":       {yaml: "grpc_addr: \"127.0.0.1:abc\"\n", wantErr: `grpc_addr: "127.0.0.1:abc" has no usable port`},
+		"grpc addr port too high":  {yaml: "grpc_addr: \"127.0.0.1:70000\"\n", wantErr: `grpc_addr: "127.0.0.1:70000" has no usable port`},
+		"grpc addr empty socket":   {yaml: "grpc_addr: \"unix:\"\n", wantErr: `grpc_addr: "unix:" names no socket path`},
+		"trusted proxies": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [10.0.0.7, \"192.168.0.0/16\", \"::1\"]}\n",
+			check: func(c Config) bool {
+				p, err := c.Gateway.TrustedProxyPrefixes()
+				return err == nil && len(p) == 3 && p[0].Bits() == 32
+			}},
+		"trusted proxy not an address": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [proxy.internal]}\n",
+			wantErr: `gateway.trusted_proxies: "proxy.internal" is not an IP address or CIDR prefix`},
+		"trusted proxies without an actor header": {yaml: "gateway: {trusted_proxies: [10.0.0.7]}\n",
+			wantErr: "gateway.trusted_proxies: trusts proxies to set gate.actor_header, which is not set"},
 		"listen addrs that serve takes": {yaml: "http_addr: \":0\"\ngrpc_addr: unix:///run/autonomy/grpc.sock\n", check: func(c Config) bool { return c.HTTPAddr == ":0" }},
 		"reload and tracing keys": {yaml: "reload: {watch: false, debounce: 2s}\ntracing: {otlp_endpoint: http://collector:4317, sample_ratio: 0.5}\n",
 			check: func(c Config) bool {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -50,7 +51,11 @@ type Options struct {
 	// value the client sent is removed before the check, as a proxy in
 	// front must remove it (docs/DEPLOY.md, section 4).
 	ActorHeader string
-	Logger      *slog.Logger
+	// TrustedProxies are the peers whose ActorHeader is kept: a proxy in
+	// front that authenticates the caller and sets the header itself
+	// (gateway.trusted_proxies). From any other peer it is removed.
+	TrustedProxies []netip.Prefix
+	Logger         *slog.Logger
 	// Transport, when set, replaces the proxy's transport (tests).
 	Transport http.RoundTripper
 }
@@ -114,7 +119,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// what the client sent, so they cannot be forged; spelt with
 	// underscores too, which some servers read as dashes (Envoy's configs
 	// refuse such names outright).
+	trusted := g.fromTrustedProxy(r)
 	for k := range r.Header {
+		if trusted && g.o.ActorHeader != "" && http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(g.o.ActorHeader) {
+			continue // set by the proxy in front, which authenticated the caller
+		}
 		if g.proxyOnly(http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
 			delete(r.Header, k)
 		}
@@ -147,6 +156,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.ContentLength = int64(len(req.Body))
 	r.Trailer = nil
 	g.proxy.ServeHTTP(w, r)
+}
+
+// fromTrustedProxy reports whether r came from one of o.TrustedProxies.
+func (g *Gateway) fromTrustedProxy(r *http.Request) bool {
+	if len(g.o.TrustedProxies) == 0 {
+		return false
+	}
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := peer.Addr().Unmap()
+	return slices.ContainsFunc(g.o.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // proxyOnly reports whether the canonical header name k is one only a

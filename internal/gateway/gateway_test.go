@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -178,6 +179,30 @@ func TestGatewayRequestIDAndHeaders(t *testing.T) {
 func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 	t.Run("the actor header is the proxy's", func(t *testing.T) {
 		gate, gw, seen := newGateway(t, true, func(o *Options) { o.ActorHeader = "X-Autonomy-Actor" })
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Autonomy-Actor": "user:victim"}, `{"kind":"tool.echo"}`)
+		<-seen
+		if a, ok := gate.seen[0].Headers["x-autonomy-actor"]; ok {
+			t.Errorf("the gate saw the client's actor header %q", a)
+		}
+	})
+	t.Run("a trusted proxy's actor header is kept", func(t *testing.T) {
+		gate, gw, seen := newGateway(t, true, func(o *Options) {
+			o.ActorHeader = "X-Autonomy-Actor"
+			o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		})
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Autonomy-Actor": "user:alice", "X-Autonomy-Audit-Id": "au_forged"}, `{"kind":"tool.echo"}`)
+		if u := <-seen; u.auditID != "au_test" {
+			t.Errorf("upstream got audit id %q: only the actor header is the proxy's to set", u.auditID)
+		}
+		if a := gate.seen[0].Headers["x-autonomy-actor"]; a != "user:alice" {
+			t.Errorf("the gate saw actor %q, want the trusted proxy's user:alice", a)
+		}
+	})
+	t.Run("an untrusted peer's actor header is removed", func(t *testing.T) {
+		gate, gw, seen := newGateway(t, true, func(o *Options) {
+			o.ActorHeader = "X-Autonomy-Actor"
+			o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		})
 		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Autonomy-Actor": "user:victim"}, `{"kind":"tool.echo"}`)
 		<-seen
 		if a, ok := gate.seen[0].Headers["x-autonomy-actor"]; ok {
