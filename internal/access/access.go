@@ -161,6 +161,9 @@ type Options struct {
 	ReadPrefixes []string
 	// Logger receives one line per refused read. Nil discards.
 	Logger *slog.Logger
+	// OnRefusal, when set, is called with the error code of every refused
+	// read (the service counts them in autonomy_errors_total).
+	OnRefusal func(code string)
 }
 
 // DefaultReadPrefixes are the read endpoints of SPEC §8 and the explain pages.
@@ -260,6 +263,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 			}
 			g.o.Logger.Warn("read refused: remote client and no access tokens configured",
 				"remote_addr", r.RemoteAddr, "path", r.URL.Path)
+			g.refused(CodeRemoteReadsForbidden)
 			httpapi.WriteError(w, http.StatusForbidden, CodeRemoteReadsForbidden,
 				"Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.")
 			return
@@ -267,12 +271,19 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 		if _, found := g.match(bearer(r)); !found {
 			g.o.Logger.Warn("read refused: no valid bearer token", "remote_addr", r.RemoteAddr,
 				"path", r.URL.Path, "authorization_present", r.Header.Get("Authorization") != "")
+			g.refused(CodeUnauthorized)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
 			httpapi.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "A valid bearer token is required.")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (g *Guard) refused(code string) {
+	if g.o.OnRefusal != nil {
+		g.o.OnRefusal(code)
+	}
 }
 
 func (g *Guard) isRead(r *http.Request) bool {

@@ -159,7 +159,7 @@ func TestLoadDecodesContractBlock(t *testing.T) {
 		t.Errorf("compiled %d clauses, want 4", n)
 	}
 	vs := b.Clauses().Check("account.withdraw", map[string]any{"amount": 150.0, "account": map[string]any{"balance": 100.0}})
-	if len(vs) != 1 || vs[0].Index != 1 || vs[0].Message != "insufficient funds" {
+	if len(vs) != 1 || vs[0].Index != 1 || vs[0].Message != "insufficient funds: args.amount <= args.account.balance (args.amount = 150, args.account.balance = 100)" {
 		t.Errorf("Check(overdraft) = %+v", vs)
 	}
 }

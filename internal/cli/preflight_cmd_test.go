@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -143,9 +144,19 @@ func TestPreflightCommandServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	// A path under the server that is not the API answers 404 without the
-	// API's error body; the raw answer is printed.
+	// A path the service has no endpoint for answers the API's error body.
 	if code := Main([]string{"preflight", "-f", file, "--server", url + "/nowhere"}, &stdout, &stderr); code != exitPreflightError {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "404 not-found") {
+		t.Fatalf("stderr: %s", stderr.String())
+	}
+	// Something else at that URL answers 404 without that body; the raw
+	// answer is printed.
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+	stderr.Reset()
+	if code := Main([]string{"preflight", "-f", file, "--server", other.URL}, &stdout, &stderr); code != exitPreflightError {
 		t.Fatalf("exit %d, stderr %s", code, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "answered 404") {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -398,5 +400,41 @@ func TestDecisionLogs(t *testing.T) {
 	}
 	if n := len(withMsg(e.logs.lines(t), "preflight decided")); n != 1 {
 		t.Errorf("%d preflight lines for one preflight", n)
+	}
+}
+
+// TestErrorAnswersAreCounted shows that every error answer of the HTTP
+// listener is JSON and counted in autonomy_errors_total by its code: a
+// path no endpoint has, and a read refused for want of a token.
+func TestErrorAnswersAreCounted(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte("tokens:\n  - {name: ops, tenant: '*', token: ops-token-0123456789abcdef}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := obsStart(t, func(c *config.Config) { c.Access.TokensFile = tokens }, Options{ReadinessInterval: -1})
+	before := e.scrape(t)
+	for _, tc := range []struct {
+		path   string
+		status int
+		code   string
+	}{
+		{"/v1/nonexistent", http.StatusNotFound, "not-found"},
+		{"/metrics/x", http.StatusNotFound, "not-found"},
+		{"/v1/audit/au_0123456789abcdef", http.StatusUnauthorized, "unauthorized"},
+	} {
+		status, body := e.get(t, tc.path)
+		var got struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if status != tc.status || json.Unmarshal(body, &got) != nil || got.Error.Code != tc.code {
+			t.Errorf("GET %s: %d %s, want %d with code %s", tc.path, status, body, tc.status, tc.code)
+		}
+	}
+	after := e.scrape(t)
+	for code, want := range map[string]float64{"not-found": 2, "unauthorized": 1} {
+		l := map[string]string{"code": code}
+		if d := sample(after, "autonomy_errors_total", l) - sample(before, "autonomy_errors_total", l); d != want {
+			t.Errorf("autonomy_errors_total{code=%s} moved by %v, want %v", code, d, want)
+		}
 	}
 }

@@ -21,7 +21,7 @@ type security struct {
 
 // loadSecurity reads the TLS material and the tokens file, so a bad file
 // stops the server before it opens the WAL or listens.
-func loadSecurity(cfg *config.Config, log *slog.Logger) (security, error) {
+func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code string)) (security, error) {
 	var sec security
 	var err error
 	sec.tls, err = tlsconf.Load(tlsconf.Options{CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
@@ -35,14 +35,15 @@ func loadSecurity(cfg *config.Config, log *slog.Logger) (security, error) {
 			return sec, err
 		}
 	}
-	sec.access = access.New(access.Options{Tokens: tokens, AllowRemoteReads: cfg.Access.AllowRemoteReads, Logger: log})
+	sec.access = access.New(access.Options{Tokens: tokens, AllowRemoteReads: cfg.Access.AllowRemoteReads, Logger: log,
+		OnRefusal: onRefusal})
 	return sec, nil
 }
 
 // CheckSecurity reads the TLS material and the tokens file the way New
 // does, for check-config.
 func CheckSecurity(cfg *config.Config) error {
-	_, err := loadSecurity(cfg, nil)
+	_, err := loadSecurity(cfg, nil, nil)
 	return err
 }
 

@@ -103,7 +103,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	sec, err := loadSecurity(&cfg, s.log)
+	// Refused reads are counted once the metrics exist, before any request.
+	sec, err := loadSecurity(&cfg, s.log, func(code string) { s.obs.metrics.APIError(code) })
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +194,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(explain.Pattern, explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log}))
 	mux.Handle("GET /metrics", s.obs.metricsHandler())
+	// Any other path gets the API's JSON error body, not Go's plain text.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.obs.metrics.APIError(httpapi.CodeNotFound)
+		httpapi.WriteError(w, http.StatusNotFound, httpapi.CodeNotFound, "No endpoint has this path.")
+	})
 	return s.obs.tracing.Handler(s.sec.access.Handler(mux))
 }
 
