@@ -29,6 +29,8 @@ var (
 	// ErrDiskFull reports that the file system holding the log has less
 	// than MinFreeBytes free.
 	ErrDiskFull = errors.New("wal: file system nearly full")
+	// ErrLocked reports that another process holds the log file open.
+	ErrLocked = errors.New("wal: log file is locked by another process (is a server running on this data dir?)")
 )
 
 var (
@@ -126,6 +128,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	path := filepath.Join(dir, FileName)
 	bdb, err := openBolt(path, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
+	if errors.Is(err, bolt.ErrTimeout) {
+		err = ErrLocked
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}

@@ -427,3 +427,21 @@ func TestSessionRepairBudget(t *testing.T) {
 		t.Fatalf("older 4-byte session = %+v, %v; want 3 attempts, budget from 1", s, err)
 	}
 }
+
+// TestOpenLocked shows that a log another process holds open is refused
+// with ErrLocked, which names the likely cause.
+func TestOpenLocked(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	second, err := Open(dir, &Options{OpenTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+}

@@ -38,11 +38,7 @@ func openWAL(cmd *cobra.Command, file, dataDir string) (*wal.DB, error) {
 	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
 		return nil, fmt.Errorf("no write-ahead log in %s: %w", dir, err)
 	}
-	db, err := wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("%w (is a server running on this data dir?)", err)
-	}
-	return db, nil
+	return wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
 }
 
 func newWALCompact(stdout io.Writer, file, dataDir *string) *cobra.Command {
