@@ -20,6 +20,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"gopkg.in/yaml.v3"
 
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/clause"
@@ -84,6 +85,9 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		}
 		fsys, root, source = os.DirFS(dir), ".", dir
 	}
+	if err := checkDataSyntax(fsys, root); err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", source, err)
+	}
 	res, err := loader.NewFileLoader().WithFS(fsys).Filtered([]string{root}, onlyBundleFiles)
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", source, err)
@@ -143,6 +147,51 @@ func onlyBundleFiles(abspath string, info fs.FileInfo, depth int) bool {
 		return false
 	}
 	return true
+}
+
+// checkDataSyntax parses each data file the loader will read, so that a
+// syntax error names its file and line: OPA's loader reports a JSON error
+// by byte offset only, and a YAML one after converting it to JSON.
+func checkDataSyntax(fsys fs.FS, root string) error {
+	return fs.WalkDir(fsys, root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		depth := 0
+		if p != root {
+			depth = 1 + strings.Count(strings.TrimPrefix(p, root+"/"), "/")
+		}
+		if onlyBundleFiles(p, info, depth) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || strings.HasSuffix(p, ".rego") {
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		var v any
+		if strings.HasSuffix(p, ".json") {
+			var syntax *json.SyntaxError
+			if err := json.Unmarshal(b, &v); errors.As(err, &syntax) {
+				line := 1 + bytes.Count(b[:syntax.Offset], []byte("\n"))
+				return fmt.Errorf("%s: line %d: %v", p, line, err)
+			}
+			return nil
+		}
+		if err := yaml.Unmarshal(b, &v); err != nil {
+			return fmt.Errorf("%s: %v", p, err) // yaml's own error names the line
+		}
+		return nil
+	})
 }
 
 // governanceOf decodes data.autonomy strictly, so a misspelt key is a load

@@ -247,3 +247,28 @@ func TestUnenforcedClausesAreListed(t *testing.T) {
 		})
 	}
 }
+
+// TestDataSyntaxErrorsNameTheLine: a data file that does not parse is a
+// load error naming the file and the line.
+func TestDataSyntaxErrorsNameTheLine(t *testing.T) {
+	for name, tc := range map[string]struct {
+		file, data, want string
+	}{
+		"json": {"data.json", "{\n  \"autonomy\": {\n    \"capabilities\": {,}\n  }\n}\n", "data.json: line 3: invalid character ','"},
+		"yaml": {"data.yaml", "autonomy:\n  capabilities:\n    a: [1, 2\n", "data.yaml: yaml: line"},
+		"json in a sub directory": {"sub/data.json", "{\n\n  x\n}", "sub/data.json: line 3: invalid character 'x'"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, tc.file: tc.data})
+			_, err := bundle.Load(context.Background(), dir, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load: %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	// A data file in a hidden directory is not read, as OPA's loader skips it.
+	dir := bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, ".git/data.json": "{"})
+	if _, err := bundle.Load(context.Background(), dir, nil); err != nil {
+		t.Fatalf("Load with a broken data.json in .git: %v", err)
+	}
+}

@@ -12,12 +12,17 @@ import (
 	"github.com/contractrefine/autonomy/internal/bundle"
 )
 
-// Dir writes files (name → contents) into a fresh t.TempDir() and returns it.
+// Dir writes files (name → contents, a name may hold slashes) into a fresh
+// t.TempDir() and returns it.
 func Dir(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
