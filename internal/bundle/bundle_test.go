@@ -254,8 +254,8 @@ func TestDataSyntaxErrorsNameTheLine(t *testing.T) {
 	for name, tc := range map[string]struct {
 		file, data, want string
 	}{
-		"json": {"data.json", "{\n  \"autonomy\": {\n    \"capabilities\": {,}\n  }\n}\n", "data.json: line 3: invalid character ','"},
-		"yaml": {"data.yaml", "autonomy:\n  capabilities:\n    a: [1, 2\n", "data.yaml: yaml: line"},
+		"json":                    {"data.json", "{\n  \"autonomy\": {\n    \"capabilities\": {,}\n  }\n}\n", "data.json: line 3: invalid character ','"},
+		"yaml":                    {"data.yaml", "autonomy:\n  capabilities:\n    a: [1, 2\n", "data.yaml: yaml: line"},
 		"json in a sub directory": {"sub/data.json", "{\n\n  x\n}", "sub/data.json: line 3: invalid character 'x'"},
 	} {
 		t.Run(name, func(t *testing.T) {
