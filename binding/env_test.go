@@ -86,6 +86,7 @@ const testData = `autonomy:
     tool.divzero:     { zones: ["*"] }
     tool.nonbool:     { zones: ["*"] }
     tool.conflict:    { zones: ["*"] }
+    tool.guarded:     { zones: ["*"], contract: { invariants: ["!has(args.force)"] } }
     refund.create.v2:
       zones: ["payments"]
       side_effects: true

@@ -300,6 +300,7 @@ type call struct {
 	kind      string
 	args      any
 	argsMap   map[string]any
+	noBody    bool // the kind came from gate.kind_header: the args are unknown
 	identity  string
 	requestID string
 	headerID  string
@@ -369,7 +370,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 			return g.record(ctx, c, g.unavailable(d), now)
 		}
 		if c.contract == "" {
-			if vs := pol.Clauses().Check(c.kind, c.argsMap); len(vs) > 0 {
+			if vs := clauseViolations(pol.Clauses(), c); len(vs) > 0 {
 				c.contract = vs[0].Reason
 			}
 		}
@@ -407,6 +408,22 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		return g.consume(ctx, c, d, now)
 	}
 	return g.record(ctx, c, d, now)
+}
+
+// unseenChecker is a ClauseChecker that can name a kind's clauses without
+// args, for a check that carries no body.
+type unseenChecker interface {
+	Unseen(kind string) []preflight.ClauseViolation
+}
+
+// clauseViolations are the clauses c's real args break. A check without a
+// body (the kind from gate.kind_header) has no args to judge: every clause
+// of its kind is a violation, never a pass on {}.
+func clauseViolations(cc preflight.ClauseChecker, c *call) []preflight.ClauseViolation {
+	if u, ok := cc.(unseenChecker); ok && c.noBody {
+		return u.Unseen(c.kind)
+	}
+	return cc.Check(c.kind, c.argsMap)
 }
 
 // logDecision writes the one info line every decision gets. It names the
@@ -561,6 +578,7 @@ func (g *Gate) readCall(c *call) error {
 		}
 		c.argsMap = map[string]any{}
 		c.args = c.argsMap
+		c.noBody = true
 		return nil
 	}
 	// Bytes that are not UTF-8 and \u escapes of lone surrogates all read
@@ -575,6 +593,13 @@ func (g *Gate) readCall(c *call) error {
 	}
 	if err := checkValues(doc); err != nil {
 		return fmt.Errorf("body is ambiguous: %w", err)
+	}
+	// A runtime in Go finds "ARGS" for its args field; the gate, reading
+	// the pointer exactly, would judge {} while the runtime runs them.
+	for _, ptr := range [...]string{g.o.KindPointer, g.o.ArgsPointer} {
+		if err := checkSpelling(doc, ptr); err != nil {
+			return fmt.Errorf("body is ambiguous: %w", err)
+		}
 	}
 	kind, ok := jsonptr.Resolve(doc, g.o.KindPointer)
 	if s, isString := kind.(string); ok && isString && s != "" {

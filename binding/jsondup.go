@@ -6,13 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 // errDuplicateKey is wrapped by the error for a gated body in which one
 // object names a member twice.
-var errDuplicateKey = errors.New("duplicate member name")
+var (
+	errDuplicateKey = errors.New("duplicate member name")
+	errMisspelt     = errors.New("member name spelt otherwise than the gate's pointer")
+)
 
 // checkUniqueKeys returns an error when some object in the JSON text b
 // names a member twice. Parsers disagree on which copy wins: encoding/json
@@ -185,6 +190,44 @@ func checkValues(v any) error {
 	case json.Number:
 		_, err := canon.Number(t)
 		return err
+	}
+	return nil
+}
+
+// checkSpelling follows ptr through doc and refuses a member that stands
+// where ptr names another spelling of it ("ARGS", "Args" or "arg\u017f" for
+// /args, with no "args" beside it): the gate, resolving ptr exactly, would
+// read nothing there, while a runtime that matches names without regard to
+// case (Go's encoding/json) reads that member.
+func checkSpelling(doc any, ptr string) error {
+	if ptr == "" {
+		return nil
+	}
+	cur := doc
+	for _, raw := range strings.Split(ptr[1:], "/") {
+		tok := strings.NewReplacer("~1", "/", "~0", "~").Replace(raw)
+		switch node := cur.(type) {
+		case map[string]any:
+			if v, found := node[tok]; found {
+				cur = v
+				continue
+			}
+			want := canon.FoldKey(tok)
+			for name := range node {
+				if canon.FoldKey(name) == want {
+					return fmt.Errorf("%w: %q stands where %s names %q", errMisspelt, name, ptr, tok)
+				}
+			}
+			return nil
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil
+			}
+			cur = node[i]
+		default:
+			return nil
+		}
 	}
 	return nil
 }

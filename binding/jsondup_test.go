@@ -179,3 +179,36 @@ func TestCheckValues(t *testing.T) {
 		t.Errorf("numbers inside the range: %v", err)
 	}
 }
+
+// TestCheckSpelling: a member standing where a pointer names another
+// spelling of it is refused, wherever on the pointer's path it stands.
+func TestCheckSpelling(t *testing.T) {
+	doc := func(s string) any {
+		v, err := parseBody([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		body, ptr string
+		refused   bool
+	}{
+		{`{"kind":"k","args":{}}`, "/args", false},
+		{`{"kind":"k"}`, "/args", false},
+		{`{"kind":"k","ARGS":{}}`, "/args", true},
+		{`{"kind":"k","Args":{"a":1}}`, "/args", true},
+		{"{\"kind\":\"k\",\"arg\u017f\":{}}", "/args", true},
+		{`{"call":{"Args":{}}}`, "/call/args", true},
+		{`{"Call":{"args":{}}}`, "/call/args", true},
+		{`{"calls":[{"ARGS":{}}]}`, "/calls/0/args", true},
+		{`{"a/b":{"X":1}}`, "/a~1b/x", true},
+		{`{"call":"text"}`, "/call/args", false},
+		{`{"kind":"k","args":{"ARGS":1}}`, "/args", false},
+	} {
+		err := checkSpelling(doc(tc.body), tc.ptr)
+		if got := errors.Is(err, errMisspelt); got != tc.refused || (!tc.refused && err != nil) {
+			t.Errorf("checkSpelling(%s, %s) = %v, want refused %v", tc.body, tc.ptr, err, tc.refused)
+		}
+	}
+}

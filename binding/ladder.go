@@ -44,7 +44,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 	capability, _ := gov.Capability(c.kind)
 	if capability.BindArguments {
 		d, err := c.argsDigest()
-		if err != nil {
+		if err != nil || c.noBody { // no body: the args are unknown, not {}
 			c.contract = preflight.ReasonBindingMismatch
 			return
 		}

@@ -80,6 +80,9 @@ func expect(r rung, mode binding.Mode) outcome {
 	}
 }
 
+// kindHeader reads the tool kind from x-autonomy-tool-kind when no body is sent.
+func kindHeader(o *binding.Options) { o.KindHeader = "x-autonomy-tool-kind" }
+
 func ladderRungs() map[string]rung {
 	echo := func(e *env) preflight.Binding {
 		return e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi"}))
@@ -191,6 +194,42 @@ func ladderRungs() map[string]rung {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)
 				r.Body = []byte(`{"kind":"tool.echo","args":{"n":1e400}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		// A Go runtime finds "ARGS" (or "arg\u017f") for its args field:
+		// the gate would judge {} while the runtime runs these.
+		// A check without a body (the kind from gate.kind_header, nginx's
+		// auth_request) has no args: bound args and clauses cannot be
+		// judged on {}, which the real args need not be.
+		"no body, arguments bound": {
+			opts: kindHeader,
+			call: func(e *env) *binding.Request {
+				b := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", map[string]any{}))
+				r := toolCall("refund.create.v2", nil, withID(b.PreflightID, "req-1"))
+				r.Body, r.Headers["x-autonomy-tool-kind"] = nil, "refund.create.v2"
+				return r
+			},
+			contract: preflight.ReasonBindingMismatch, bound: true, kind: "refund.create.v2", gated: true},
+		"no body, clauses": {
+			opts: kindHeader,
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.guarded", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Body, r.Headers["x-autonomy-tool-kind"] = nil, "tool.guarded"
+				return r
+			},
+			contract: preflight.ReasonInvariantViolated, kind: "tool.guarded", gated: true},
+		"args under another spelling": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte(`{"kind":"tool.echo","ARGS":{"cmd":"rm -rf /"}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"args under a Unicode-folded spelling": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte("{\"kind\":\"tool.echo\",\"arg\u017f\":{\"cmd\":\"rm -rf /\"}}")
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},

@@ -241,6 +241,23 @@ func (s *Set) Check(kind string, args map[string]any) []preflight.ClauseViolatio
 	return out
 }
 
+// Unseen returns one violation for each clause Check would evaluate for
+// kind, for a call whose args cannot be seen (a check without a body): a
+// clause judged on {} might pass while the real args break it.
+func (s *Set) Unseen(kind string) []preflight.ClauseViolation {
+	c := s.contract(kind)
+	if c == nil || !c.enforced {
+		return nil
+	}
+	out := make([]preflight.ClauseViolation, 0, len(c.checks))
+	for _, ck := range c.checks {
+		out = append(out, preflight.ClauseViolation{Kind: kind, Clause: ck.clause, Index: ck.index,
+			Expression: ck.expression, Reason: ck.reason,
+			Message: ck.clause + " could not be evaluated: " + ck.expression + ": the check carried no body, so the args are unknown"})
+	}
+	return out
+}
+
 // eval runs one clause. It reports ok only when the clause evaluated to
 // true; otherwise msg says why. The contract's message replaces the default
 // opening of a false clause's message but not an evaluation error's, which
