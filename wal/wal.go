@@ -15,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 var (
@@ -128,7 +129,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	path := filepath.Join(dir, FileName)
 	bdb, err := openBolt(path, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		err = ErrLocked
 	}
 	if err != nil {
