@@ -49,11 +49,14 @@ func checkAttestationFreshness(e *evaluation) (Result, error) {
 	if maxAge == 0 {
 		maxAge = DefaultAttestationMaxAge
 	}
-	switch age := e.now.Sub(issued); {
-	case age > maxAge:
-		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is %s old; the limit is %s", age, maxAge))
-	case -age > MaxAttestationSkew:
-		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is issued %s in the future; the limit is %s", -age, MaxAttestationSkew))
+	// Times are compared, not a Duration negated: Sub saturates at about
+	// 292 years, and negating the most negative Duration leaves it
+	// negative, so a year-9999 issued_at would pass as fresh.
+	switch {
+	case e.now.After(issued.Add(maxAge)):
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is %s old; the limit is %s", e.now.Sub(issued), maxAge))
+	case issued.After(e.now.Add(MaxAttestationSkew)):
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is issued %s in the future; the limit is %s", issued.Sub(e.now), MaxAttestationSkew))
 	}
 	return r.result(ReasonAttestationStale), nil
 }

@@ -65,6 +65,16 @@ func TestAttestationFreshness(t *testing.T) {
 			req:  issued("2026-06-23T14:30:36Z"),
 			want: failHead + `"evidence":{"violations":[{"field":"/context/attestation/issued_at","message":"the attestation is issued 31s in the future; the limit is 30s"}]}}`,
 		},
+		// Beyond what a time.Duration holds (about 292 years): the span
+		// saturates, and must still read as the future it is.
+		"centuries in the future": {
+			req:  issued("9999-12-31T23:59:59Z"),
+			want: failHead + `"evidence":{"violations":[{"field":"/context/attestation/issued_at","message":"the attestation is issued 2562047h47m16.854775807s in the future; the limit is 30s"}]}}`,
+		},
+		"centuries old": {
+			req:  issued("0001-01-01T00:00:00Z"),
+			want: failHead + `"evidence":{"violations":[{"field":"/context/attestation/issued_at","message":"the attestation is 2562047h47m16.854775807s old; the limit is 10m0s"}]}}`,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
