@@ -9,13 +9,15 @@ import (
 )
 
 // SessionKey names the request's repair session (INV-CR-6): the actor's
-// session id and the plan hash, encoded as a JSON array so that no two
-// pairs share a key. ok is false when either is empty.
+// session id and the plan hash, under the actor's id so that one actor
+// cannot spend or read another's budget by naming its session, encoded as
+// a JSON array so that no two triples share a key. ok is false when the
+// session id or plan hash is empty.
 func (r *Request) SessionKey() (key string, ok bool) {
 	if r.Context.Actor.SessionID == "" || r.Intent.PlanHash == "" {
 		return "", false
 	}
-	b, err := json.Marshal([2]string{r.Context.Actor.SessionID, r.Intent.PlanHash})
+	b, err := json.Marshal([3]string{r.Context.Actor.ID, r.Context.Actor.SessionID, r.Intent.PlanHash})
 	if err != nil {
 		return "", false
 	}

@@ -11,18 +11,19 @@ import (
 
 func TestSessionKey(t *testing.T) {
 	cases := map[string]struct {
-		session, plan string
-		want          string
-		ok            bool
+		actor, session, plan string
+		want                 string
+		ok                   bool
 	}{
-		"both":            {"session:001", "plan-882-v1", `["session:001","plan-882-v1"]`, true},
-		"no session":      {"", "plan-882-v1", "", false},
-		"no plan hash":    {"session:001", "", "", false},
-		"separator in id": {`a","b`, "c", `["a\",\"b","c"]`, true},
+		"both":            {"user:alice", "session:001", "plan-882-v1", `["user:alice","session:001","plan-882-v1"]`, true},
+		"another actor":   {"user:mallory", "session:001", "plan-882-v1", `["user:mallory","session:001","plan-882-v1"]`, true},
+		"no session":      {"user:alice", "", "plan-882-v1", "", false},
+		"no plan hash":    {"user:alice", "session:001", "", "", false},
+		"separator in id": {"user:alice", `a","b`, "c", `["user:alice","a\",\"b","c"]`, true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := &Request{Intent: Intent{PlanHash: tc.plan}, Context: Context{Actor: Actor{SessionID: tc.session}}}
+			r := &Request{Intent: Intent{PlanHash: tc.plan}, Context: Context{Actor: Actor{ID: tc.actor, SessionID: tc.session}}}
 			got, ok := r.SessionKey()
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("SessionKey() = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)

@@ -164,6 +164,7 @@ func (r *CompactReport) add(c *compactChunk) {
 type compactAttrs struct {
 	PreflightID string    `json:"preflight_id"`
 	ExpiresAt   time.Time `json:"expires_at"`
+	ActorID     string    `json:"actor_id"`
 	SessionID   string    `json:"session_id"`
 	PlanHash    string    `json:"plan_hash"`
 }
@@ -242,7 +243,7 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 			c.consumed += n
 		}
 		req := preflight.Request{Intent: preflight.Intent{PlanHash: g.attrs.PlanHash},
-			Context: preflight.Context{Actor: preflight.Actor{SessionID: g.attrs.SessionID}}}
+			Context: preflight.Context{Actor: preflight.Actor{ID: g.attrs.ActorID, SessionID: g.attrs.SessionID}}}
 		if sk, ok := req.SessionKey(); ok {
 			sessions[sk]++
 		}

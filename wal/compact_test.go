@@ -45,8 +45,7 @@ func writeCompactLog(t *testing.T, opts *Options) *compactLog {
 		b.Outcome, b.ExpiresAt = outcome, expires
 		rec := PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":"` + string(outcome) + `"}`), Time: at,
 			Attrs: map[string]any{"session_id": session, "plan_hash": "plan-1", "intent_summary": "test " + name}}
-		req := preflight.Request{Intent: preflight.Intent{PlanHash: "plan-1"}, Context: preflight.Context{Actor: preflight.Actor{SessionID: session}}}
-		rec.SessionKey, _ = req.SessionKey()
+		rec.SessionKey = sessionKeyOf(session)
 		if idem {
 			rec.Idempotency = &IdempotencyRecord{Key: "t\x00idem-" + name, RequestDigest: "sha256:" + name, PreflightID: b.PreflightID}
 		}
@@ -92,7 +91,8 @@ func writeCompactLog(t *testing.T, opts *Options) *compactLog {
 }
 
 func sessionKeyOf(session string) string {
-	req := preflight.Request{Intent: preflight.Intent{PlanHash: "plan-1"}, Context: preflight.Context{Actor: preflight.Actor{SessionID: session}}}
+	req := preflight.Request{Intent: preflight.Intent{PlanHash: "plan-1"},
+		Context: preflight.Context{Actor: preflight.Actor{ID: testBinding("").ActorID, SessionID: session}}}
 	k, _ := req.SessionKey()
 	return k
 }

@@ -59,7 +59,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if n := f.frames(); n != 0 {
 		t.Fatalf("dry runs wrote %d frames", n)
 	}
-	if s, _ := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); s.Attempts != 0 {
+	if s, _ := f.db.Session(t.Context(), `["user:example","session:read","plan-read-v1"]`); s.Attempts != 0 {
 		t.Errorf("dry runs counted %d session attempts", s.Attempts)
 	}
 
@@ -145,7 +145,7 @@ func TestIdempotentReplay(t *testing.T) {
 		t.Errorf("replay after the deadline: status %d %s", late.status, late.body)
 	}
 	// A session attempt is spent once, by the decision, not by replays.
-	if s, _ := f.db.Session(t.Context(), `["session:001","plan-882-v1"]`); s.Attempts != 1 {
+	if s, _ := f.db.Session(t.Context(), `["user:example","session:001","plan-882-v1"]`); s.Attempts != 1 {
 		t.Errorf("session attempts %d, want 1", s.Attempts)
 	}
 	if got := f.frames(); got != frames {
@@ -282,6 +282,12 @@ func TestRepairBudget(t *testing.T) {
 		if d := mustDecision(t, f.post(other)); d.Attempt != 1 || d.Outcome != "repair_required" {
 			t.Errorf("new plan hash: attempt %d %s", d.Attempt, d.Outcome)
 		}
+		// Another actor naming the same session and plan neither spends nor
+		// sees this actor's budget.
+		mallory := edit(t, "read_pass", map[string]any{"/context/actor/id": "user:mallory"})
+		if d := mustDecision(t, f.post(mallory)); d.Attempt != 1 || d.Outcome != "pass" {
+			t.Errorf("another actor, same session and plan: attempt %d %s %s", d.Attempt, d.Outcome, d.Reason)
+		}
 	})
 	t.Run("budget opens at the first repair", func(t *testing.T) {
 		// Before any repair_required the session has no budget to spend:
@@ -308,7 +314,7 @@ func TestRepairBudget(t *testing.T) {
 					i+1, d.Outcome, d.Reason, d.Attempt, s.outcome, s.reason, i+1)
 			}
 		}
-		if s, err := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); err != nil || s.Attempts != 7 || s.RepairFrom != 5 {
+		if s, err := f.db.Session(t.Context(), `["user:example","session:read","plan-read-v1"]`); err != nil || s.Attempts != 7 || s.RepairFrom != 5 {
 			t.Errorf("session %+v, %v: want 7 attempts, budget opened at 5", s, err)
 		}
 	})
@@ -345,7 +351,7 @@ func TestRepairBudget(t *testing.T) {
 		if !slices.Equal(attempts, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
 			t.Errorf("attempts %v: two submissions read the same budget", attempts)
 		}
-		if got, _ := f.db.Session(t.Context(), `["session:read","plan-read-v1"]`); got.Attempts != n {
+		if got, _ := f.db.Session(t.Context(), `["user:example","session:read","plan-read-v1"]`); got.Attempts != n {
 			t.Errorf("session attempts %d, want %d", got.Attempts, n)
 		}
 	})

@@ -279,7 +279,7 @@ func TestClosedWALRecordsNothing(t *testing.T) {
 	if seq, _ := db.Head(); seq != 1 {
 		t.Errorf("after reopening, the WAL holds %d frames, want the 1 recorded before it closed", seq)
 	}
-	s, err := db.Session(t.Context(), `["session:read","plan-read-v1"]`)
+	s, err := db.Session(t.Context(), `["user:example","session:read","plan-read-v1"]`)
 	if err != nil || s.Attempts != 1 {
 		t.Errorf("session attempts %d (%v), want 1", s.Attempts, err)
 	}
