@@ -11,10 +11,14 @@
 // and session as an object or null, non-negative limits. Additional
 // properties are allowed everywhere, because the seed lets a major version
 // gain optional fields that older consumers ignore. The schema also requires
-// the few nested fields this service enforces (actor.idRef, the idRef of a
-// given tenant or session, toolPolicy.defaultDecision, maxCalls and
+// the nested authority and limit fields (actor.idRef, the idRef of a given
+// tenant or session, toolPolicy.defaultDecision, maxCalls and
 // allowSideEffects, budget.maxToolCalls), since the seed forbids filling a
-// missing authority or limit with a default.
+// missing authority or limit with a default. The contracts read maxCalls,
+// allowSideEffects, maxToolCalls and allowedTools (SPEC §3.5);
+// defaultDecision is required and validated but decides nothing, because
+// SPEC §3.5.3 checks a kind against allowedTools only when the list is
+// given.
 //
 // The rest is code: timestampUtc and deadlineUtc are RFC 3339 instants
 // written in UTC with a trailing "Z" (an offset such as -05:00 is refused),
