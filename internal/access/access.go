@@ -231,8 +231,10 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(tok)
 }
 
-// Local reports whether the request came from this host: over loopback or
-// a Unix socket.
+// Local reports whether the request came from this host: over a Unix
+// socket, or over loopback naming a loopback host. A web page in a browser
+// on this host that points its own name at 127.0.0.1 (DNS rebinding)
+// connects over loopback but still names its own host, so it is not local.
 func Local(r *http.Request) bool {
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && a.Network() == "unix" {
 		return true
@@ -240,6 +242,22 @@ func Local(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback() && loopbackName(r.Host)
+}
+
+// loopbackName reports whether a Host header names this host over
+// loopback: localhost, a name under .localhost, or a loopback address;
+// an empty one (HTTP/1.0) too.
+func loopbackName(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()

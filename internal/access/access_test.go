@@ -142,7 +142,7 @@ func TestAuthorize(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := New(Options{Tokens: tc.tokens, AllowRemoteReads: tc.remoteReads})
 			r := httptest.NewRequest(http.MethodGet, "/v1/audit/au_x", nil)
-			r.RemoteAddr = tc.remote
+			r.RemoteAddr, r.Host = tc.remote, "localhost:8181"
 			if tc.auth != "" {
 				r.Header.Set("Authorization", tc.auth)
 			}
@@ -163,11 +163,18 @@ func TestHandler(t *testing.T) {
 		method      string
 		path        string
 		remote      string
+		host        string // "" is localhost:8181
 		auth        string
 		status      int
 		code        string
 	}{
-		"local read passes":           {method: "GET", path: "/v1/preflight/pf_x", remote: "127.0.0.1:9", status: http.StatusTeapot},
+		"local read passes":     {method: "GET", path: "/v1/preflight/pf_x", remote: "127.0.0.1:9", status: http.StatusTeapot},
+		"local read by address": {method: "GET", path: "/v1/preflight/pf_x", remote: "[::1]:9", host: "[::1]:8181", status: http.StatusTeapot},
+		"local read, no Host":   {method: "GET", path: "/v1/preflight/pf_x", remote: "127.0.0.1:9", host: "-", status: http.StatusTeapot},
+		// A browser page whose name was pointed at 127.0.0.1 (DNS
+		// rebinding) connects over loopback but names its own host.
+		"local read naming another host": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", host: "rebind.evil.example:8181",
+			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
 		"remote read refused":         {method: "GET", path: "/v1/preflight/pf_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
 		"remote audit refused":        {method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
 		"remote explain refused":      {method: "GET", path: "/ui/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
@@ -186,6 +193,14 @@ func TestHandler(t *testing.T) {
 			g := New(Options{Tokens: tc.tokens, AllowRemoteReads: tc.remoteReads})
 			r := httptest.NewRequest(tc.method, tc.path, nil)
 			r.RemoteAddr = tc.remote
+			switch tc.host {
+			case "":
+				r.Host = "localhost:8181"
+			case "-":
+				r.Host = ""
+			default:
+				r.Host = tc.host
+			}
 			if tc.auth != "" {
 				r.Header.Set("Authorization", tc.auth)
 			}

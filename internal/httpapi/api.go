@@ -124,7 +124,14 @@ func New(o Options) *API {
 }
 
 // ServeHTTP routes the API's paths.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Answers carry agents' text (args, summaries) as JSON: no browser may
+	// sniff them as HTML, and no cache along the way may keep a record.
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	a.mux.ServeHTTP(w, r)
+}
 
 func (a *API) methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -166,11 +173,20 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusServiceUnavailable, CodePreflightDisabled, "", "Preflight is disabled (contract_refine.mode: disabled).", false)
 		return
 	}
+	tooLarge := func() {
+		a.fail(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "", "The request body is larger than http.max_body_bytes.", false)
+	}
+	if r.ContentLength > a.o.MaxBodyBytes {
+		// Refused before reading: a client waiting on Expect:
+		// 100-continue gets its 413 at once.
+		tooLarge()
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.o.MaxBodyBytes))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			a.fail(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "", "The request body is larger than http.max_body_bytes.", false)
+		var over *http.MaxBytesError
+		if errors.As(err, &over) {
+			tooLarge()
 			return
 		}
 		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body could not be read.", false)

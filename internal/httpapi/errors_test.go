@@ -1,7 +1,10 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -307,5 +310,26 @@ func TestBadBodiesOverOneConnection(t *testing.T) {
 	d := mustDecision(t, f.post(readRequest(t, "refund_pass")))
 	if d.Outcome != "pass" {
 		t.Errorf("good request after bad bodies: %s (%s)", d.Outcome, d.Reason)
+	}
+}
+
+// TestOversizedDeclaredLengthRefusedAtOnce: a client that declares a body
+// over the limit and waits on Expect: 100-continue gets 413 without being
+// asked for the body.
+func TestOversizedDeclaredLengthRefusedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/preflight HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 50000000\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413 before the body is sent", resp.StatusCode)
 	}
 }

@@ -268,6 +268,16 @@ type row struct {
 
 // mustDecision checks that r is a 200 decision with the invariants every
 // decision has (SPEC §3.2, INV-CR-4), and returns it.
+// wantUncached checks that an answer may be neither sniffed as HTML nor
+// kept by a cache: it carries agents' text.
+func wantUncached(t testing.TB, r response) {
+	t.Helper()
+	if r.header.Get("X-Content-Type-Options") != "nosniff" || r.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("X-Content-Type-Options %q, Cache-Control %q; want nosniff, no-store",
+			r.header.Get("X-Content-Type-Options"), r.header.Get("Cache-Control"))
+	}
+}
+
 func mustDecision(t testing.TB, r response) decision {
 	t.Helper()
 	if r.status != http.StatusOK {
@@ -276,6 +286,7 @@ func mustDecision(t testing.TB, r response) decision {
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
+	wantUncached(t, r)
 	var d decision
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
@@ -351,6 +362,7 @@ func mustError(t testing.TB, r response, status int) []apiErr {
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
+	wantUncached(t, r)
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(r.body, &top); err != nil {
 		t.Fatalf("error body is not a JSON object: %v\n%s", err, r.body)
