@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,14 +96,24 @@ type k8sContainer struct {
 	} `yaml:"ports"`
 	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
 	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
-	VolumeMounts   []struct {
+	Env            []struct {
+		Name  string `yaml:"name"`
+		Value string `yaml:"value"`
+	} `yaml:"env"`
+	Resources struct {
+		Limits struct {
+			Memory string `yaml:"memory"`
+		} `yaml:"limits"`
+	} `yaml:"resources"`
+	VolumeMounts []struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
 	} `yaml:"volumeMounts"`
 }
 
 type k8sProbe struct {
-	Exec *struct {
+	TimeoutSeconds int `yaml:"timeoutSeconds"`
+	Exec           *struct {
 		Command []string `yaml:"command"`
 	} `yaml:"exec"`
 	HTTPGet *struct {
@@ -114,6 +125,18 @@ type k8sProbe struct {
 }
 
 // target is what the probe asks: the URL or path it checks, or the port.
+// binaryBytes reads a quantity in binary units as both Kubernetes (256Mi)
+// and, less its B, the Go runtime (230MiB) write it.
+func binaryBytes(q string) (int64, error) {
+	for i, unit := range []string{"Ki", "Mi", "Gi"} {
+		if n, ok := strings.CutSuffix(q, unit); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			return v << (10 * (i + 1)), err
+		}
+	}
+	return strconv.ParseInt(q, 10, 64)
+}
+
 func (p *k8sProbe) target() string {
 	switch {
 	case p == nil:
@@ -296,7 +319,36 @@ func TestPodLayout(t *testing.T) {
 			if got := c.LivenessProbe.target(); !strings.Contains(got, w.liveness) {
 				t.Errorf("%s liveness probe %q does not check %s", name, got, w.liveness)
 			}
+			// An exec probe starts a process that asks over HTTP; the
+			// kubelet's default of 1s would cut off a slow fsync in /readyz.
+			for _, p := range []*k8sProbe{c.ReadinessProbe, c.LivenessProbe} {
+				if p.Exec != nil && p.TimeoutSeconds < 3 {
+					t.Errorf("%s exec probe %q has timeoutSeconds %d, want at least 3", name, p.target(), p.TimeoutSeconds)
+				}
+			}
 		}
+	})
+
+	t.Run("GOMEMLIMIT under the container's limit", func(t *testing.T) {
+		c := containers["autonomy"]
+		limit, err := binaryBytes(c.Resources.Limits.Memory)
+		if err != nil {
+			t.Fatalf("autonomy limits.memory %q: %v", c.Resources.Limits.Memory, err)
+		}
+		for _, e := range c.Env {
+			if e.Name != "GOMEMLIMIT" {
+				continue
+			}
+			soft, err := binaryBytes(strings.TrimSuffix(e.Value, "B")) // Go writes 230MiB
+			if err != nil {
+				t.Fatalf("GOMEMLIMIT %q: %v", e.Value, err)
+			}
+			if soft >= limit || soft < limit*3/4 {
+				t.Errorf("GOMEMLIMIT %s, want under limits.memory %s with a tenth or so of room", e.Value, c.Resources.Limits.Memory)
+			}
+			return
+		}
+		t.Error("autonomy sets no GOMEMLIMIT")
 	})
 
 	t.Run("non-root", func(t *testing.T) {
