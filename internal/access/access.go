@@ -137,6 +137,10 @@ func Parse(r io.Reader) ([]Token, error) {
 
 // LoadFile reads the tokens file at path.
 func LoadFile(path string) ([]Token, error) {
+	// A file anyone may write lets anyone add a token for every tenant.
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o002 != 0 {
+		return nil, fmt.Errorf("access.tokens_file %s: writable by every user (mode %v); chmod o-w it", path, st.Mode().Perm())
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("access.tokens_file: %w", err)

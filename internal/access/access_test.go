@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +100,24 @@ func TestLoadFileErrorsNameTheKey(t *testing.T) {
 	_, err := LoadFile(t.TempDir() + "/missing.yaml")
 	if err == nil || !strings.Contains(err.Error(), "access.tokens_file") {
 		t.Fatalf("err = %v, want it to name access.tokens_file", err)
+	}
+}
+
+// TestLoadFileRefusesWorldWritable: a tokens file every user may write
+// would let any of them add a token for every tenant.
+func TestLoadFileRefusesWorldWritable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte("tokens:\n  - {name: ops, tenant: '*', token: "+opsToken+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err != nil {
+		t.Fatalf("mode 0600: %v", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), "writable by every user") {
+		t.Fatalf("mode 0666: %v, want a refusal", err)
 	}
 }
 

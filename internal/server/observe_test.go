@@ -13,7 +13,9 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
@@ -430,11 +432,40 @@ func TestErrorAnswersAreCounted(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want %d with code %s", tc.path, status, body, tc.status, tc.code)
 		}
 	}
+	req, err := http.NewRequest(http.MethodPost, e.base+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" ||
+		resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("POST /healthz: %d, Allow %q, Content-Type %q", resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"))
+	}
 	after := e.scrape(t)
-	for code, want := range map[string]float64{"not-found": 2, "unauthorized": 1} {
+	for code, want := range map[string]float64{"not-found": 2, "unauthorized": 1, "method-not-allowed": 1} {
 		l := map[string]string{"code": code}
 		if d := sample(after, "autonomy_errors_total", l) - sample(before, "autonomy_errors_total", l); d != want {
 			t.Errorf("autonomy_errors_total{code=%s} moved by %v, want %v", code, d, want)
 		}
+	}
+}
+
+// TestCheckBodyFollowsTheBodyLimit: a CheckRequest carrying a body within
+// http.max_body_bytes is decided even above grpc's own 4 MiB default, and
+// one far above the limit is refused by the transport, never allowed.
+func TestCheckBodyFollowsTheBodyLimit(t *testing.T) {
+	e := obsStart(t, func(c *config.Config) { c.HTTP.MaxBodyBytes = 6 << 20 }, Options{ReadinessInterval: -1})
+	pad := strings.Repeat("x", 5<<20)
+	got := e.mustCheck(t, toolBody("tool.shell", map[string]any{"pad": pad}), map[string]string{"x-request-id": "big"})
+	if got.Status != http.StatusForbidden || got.Reason != "contract: preflight_required" {
+		t.Errorf("5 MiB body: %d %q, want the ladder's deny", got.Status, got.Reason)
+	}
+	huge := strings.Repeat("x", 8<<20)
+	if a, err := e.check(context.Background(), toolBody("tool.echo", map[string]any{"pad": huge}), nil); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("8 MiB body: %+v, %v; want ResourceExhausted from the transport", a, err)
 	}
 }

@@ -171,6 +171,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// the policy and the log handler (8 % of a deny's CPU in a profile of
 	// the load command). grpc still starts a goroutine when all are busy.
 	opts = append(opts, grpc.NumStreamWorkers(uint32(streamWorkers())))
+	// A CheckRequest carries the body Envoy buffered (with_request_body)
+	// and the headers: room for http.max_body_bytes and a MiB besides, so
+	// raising the limit in both places keeps them in step (grpc's own
+	// default, 4 MiB, would refuse bigger bodies, closed but unexplained).
+	opts = append(opts, grpc.MaxRecvMsgSize(int(min(cfg.HTTP.MaxBodyBytes, 1<<40))+1<<20))
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -194,7 +199,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle(explain.Pattern, explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log}))
 	mux.Handle("GET /metrics", s.obs.metricsHandler())
-	// Any other path gets the API's JSON error body, not Go's plain text.
+	// Another method on those paths, and any other path, gets the API's
+	// JSON error body, not Go's plain text.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			s.obs.metrics.APIError(httpapi.CodeMethodNotAllowed)
+			w.Header().Set("Allow", "GET, HEAD")
+			httpapi.WriteError(w, http.StatusMethodNotAllowed, httpapi.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.obs.metrics.APIError(httpapi.CodeNotFound)
 		httpapi.WriteError(w, http.StatusNotFound, httpapi.CodeNotFound, "No endpoint has this path.")
