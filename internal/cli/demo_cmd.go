@@ -11,7 +11,7 @@ import (
 func init() { extraCommands = append(extraCommands, newDemo) }
 
 func newDemo(stdout, _ io.Writer) *cobra.Command {
-	cmd := &cobra.Command{Use: "demo", Short: "Walk through ContractRefine end to end"}
+	cmd := groupCommand(&cobra.Command{Use: "demo", Short: "Walk through ContractRefine end to end"})
 	var target string
 	cr := &cobra.Command{
 		Use:   "contract-refine",

@@ -137,7 +137,11 @@ func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string) ([]wal.Fram
 
 // PrintAuditTable prints frames as a terminal table, one row per frame.
 func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
-	fmt.Fprintf(w, "audit %s: %d frames\n", auditID, len(frames))
+	unit := "frames"
+	if len(frames) == 1 {
+		unit = "frame"
+	}
+	fmt.Fprintf(w, "audit %s: %d %s\n", auditID, len(frames), unit)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tOUTCOME\tREASON\tDETAIL")
 	for _, f := range frames {
@@ -170,7 +174,7 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 }
 
 func newWAL(stdout io.Writer) *cobra.Command {
-	cmd := &cobra.Command{Use: "wal", Short: "Inspect and maintain the write-ahead log"}
+	cmd := groupCommand(&cobra.Command{Use: "wal", Short: "Inspect and maintain the write-ahead log"})
 	var dataDir, file string
 	verify := &cobra.Command{
 		Use:   "verify",
@@ -216,4 +220,17 @@ func walDir(cmd *cobra.Command, file, dataDir string) (string, error) {
 		return "", err
 	}
 	return cfg.DataDir, nil
+}
+
+// groupCommand makes cmd, which only holds subcommands, an error when run
+// alone or with an unknown subcommand: cobra would print its help and exit
+// 0, so a typo in a cron job's "wal verify" would pass.
+func groupCommand(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cmd.SetOut(cmd.ErrOrStderr())
+		_ = cmd.Help() // the error below is the answer
+		return fmt.Errorf("%s needs a subcommand", cmd.CommandPath())
+	}
+	return cmd
 }

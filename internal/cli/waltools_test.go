@@ -218,3 +218,14 @@ func TestWALToolsNeedALog(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupCommandsRefuseTypos: a group command run alone or with an
+// unknown subcommand fails, so a typo in a scheduled "wal verify" does not
+// pass as success.
+func TestGroupCommandsRefuseTypos(t *testing.T) {
+	for _, args := range [][]string{{"wal", "verfy"}, {"wal"}, {"demo", "contract-refin"}, {"demo"}} {
+		if code, _, errs := runCLI(t, args...); code == 0 || !strings.Contains(errs, "autonomy") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+}

@@ -234,9 +234,16 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		}
 		defer a.release("idem\x00" + key)
 		rec, err := a.o.Store.Idempotency(r.Context(), key)
+		var recorded []byte
+		if err == nil {
+			// A key whose decision compaction removed (its sweep of keys
+			// may not have run yet, or was cut short) names no effect any
+			// more: ErrNotFound, and the request is decided afresh.
+			recorded, err = a.o.Store.Decision(r.Context(), rec.PreflightID)
+		}
 		switch {
 		case err == nil && rec.RequestDigest == digest:
-			a.replay(w, r.Context(), rec.PreflightID)
+			replay(w, recorded)
 			return
 		case err == nil:
 			a.fail(w, http.StatusConflict, CodeIdempotencyKeyReused, "/context/request/idempotencyKey", "This idempotency key was already used with a different request.", false)
@@ -360,12 +367,7 @@ func idempotencyKey(env *envelope.Envelope, req *preflight.Request) string {
 }
 
 // replay answers with the recorded decision of an idempotency key.
-func (a *API) replay(w http.ResponseWriter, ctx context.Context, preflightID string) {
-	d, err := a.o.Store.Decision(ctx, preflightID)
-	if err != nil {
-		a.unavailable(w, "read recorded decision", err)
-		return
-	}
+func replay(w http.ResponseWriter, d []byte) {
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.Header().Set(headerIdempotentReplayed, "true")
 	w.WriteHeader(http.StatusOK)

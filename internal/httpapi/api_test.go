@@ -111,6 +111,51 @@ func TestDryRunSpellings(t *testing.T) {
 	}
 }
 
+// compactedStore answers as a log whose compaction removed the recorded
+// decisions of gone but kept the idempotency keys naming them: the sweep
+// of keys runs after the chunks that remove preflights, and a cancelled or
+// crashed compaction leaves it undone.
+type compactedStore struct {
+	*wal.DB
+	gone map[string]bool
+}
+
+func (c *compactedStore) Decision(ctx context.Context, id string) ([]byte, error) {
+	if c.gone[id] {
+		return nil, wal.ErrNotFound
+	}
+	return c.DB.Decision(ctx, id)
+}
+
+// TestIdempotencyKeyOfACompactedDecision: a key whose decision compaction
+// removed names no effect any more; the request is decided afresh (as
+// docs/OPERATIONS.md says), not answered 503 on every retry.
+func TestIdempotencyKeyOfACompactedDecision(t *testing.T) {
+	cs := &compactedStore{gone: map[string]bool{}}
+	f := newFixture(t, func(o *httpapi.Options) {
+		cs.DB = o.Store.(*wal.DB)
+		o.Store = cs
+	})
+	first := mustDecision(t, f.post(readRequest(t, "refund_pass")))
+	cs.gone[first.PreflightID] = true
+	again := f.post(readRequest(t, "refund_pass"))
+	if d := mustDecision(t, again); d.PreflightID == "" || d.PreflightID == first.PreflightID || again.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("same key after its decision was compacted: id %q (first %q), replayed %q; want a fresh decision",
+			d.PreflightID, first.PreflightID, again.header.Get("Idempotent-Replayed"))
+	}
+	// The fresh decision is now the key's record: the next retry replays it.
+	third := f.post(readRequest(t, "refund_pass"))
+	if third.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry after the fresh decision: not a replay (%d %s)", third.status, third.body)
+	}
+	// Another request under a compacted key is decided too, not 409.
+	cs.gone[mustDecision(t, third).PreflightID] = true
+	other := edit(t, "refund_pass", map[string]any{"/intent/summary": "another refund"})
+	if r := f.post(other); r.status != http.StatusOK {
+		t.Errorf("another request under a compacted key: %d %s, want it decided", r.status, r.body)
+	}
+}
+
 func TestIdempotentReplay(t *testing.T) {
 	f := newFixture(t)
 	first := f.post(readRequest(t, "refund_pass"))
