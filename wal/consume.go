@@ -87,6 +87,14 @@ func consumedKey(preflightID string, step int) []byte {
 	return binary.BigEndian.AppendUint16(k, uint16(step))
 }
 
+// splitConsumedKey reverses consumedKey.
+func splitConsumedKey(k []byte) (preflightID string, step int, ok bool) {
+	if len(k) < 3 || k[len(k)-3] != 0 {
+		return "", 0, false
+	}
+	return string(k[:len(k)-3]), int(binary.BigEndian.Uint16(k[len(k)-2:])), true
+}
+
 // plan decides, inside tx, what consuming r would do.
 func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	// The markers below mean something only while the binding is recorded:
@@ -148,28 +156,35 @@ func (db *DB) Consume(ctx context.Context, r ConsumeRequest) (ConsumeResult, err
 	var res ConsumeResult
 	err := db.Update(ctx, func(tx *Tx) error {
 		var err error
-		res, err = tx.plan(&r)
-		if err != nil {
-			return err
-		}
-		if res.Status == Consumed {
-			f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time,
-				Attrs: map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
-					"tool_kind": r.Kind, "request_id": r.RequestID}})
-			if err != nil {
-				return err
-			}
-			v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp})
-			if err := tx.btx.Bucket(bucketConsumed).Put(consumedKey(r.Binding.PreflightID, res.StepIndex), v); err != nil {
-				return err
-			}
-		}
-		if r.Decision != nil {
-			if _, err := tx.Append(r.Decision(res)); err != nil {
-				return err
-			}
-		}
-		return nil
+		res, err = tx.Consume(r)
+		return err
 	})
 	return res, err
+}
+
+// Consume is DB.Consume inside tx: the check, the marker and both frames,
+// committed with the rest of tx.
+func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
+	res, err := tx.plan(&r)
+	if err != nil {
+		return res, err
+	}
+	if res.Status == Consumed {
+		f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time,
+			Attrs: map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
+				"tool_kind": r.Kind, "request_id": r.RequestID}})
+		if err != nil {
+			return res, err
+		}
+		v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp})
+		if err := tx.btx.Bucket(bucketConsumed).Put(consumedKey(r.Binding.PreflightID, res.StepIndex), v); err != nil {
+			return res, err
+		}
+	}
+	if r.Decision != nil {
+		if _, err := tx.Append(r.Decision(res)); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }

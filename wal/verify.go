@@ -37,6 +37,7 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				return fmt.Errorf("%w: base: %v", ErrCorrupt, err)
 			}
 		}
+		var consumed consumedFrames
 		c := tx.btx.Bucket(bucketFrames).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
@@ -69,6 +70,11 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			case !f.hashMatches():
 				return bad("hash does not match the frame's contents")
 			}
+			if f.Kind == KindConsumed {
+				if err := consumed.add(f); err != nil {
+					return bad(err.Error())
+				}
+			}
 			rep.Frames++
 			prev = chainPoint{Seq: f.Seq, Hash: f.Hash}
 		}
@@ -82,9 +88,86 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			rep.BadSeq, rep.Problem = prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, prev.Seq)
 			return nil
 		}
-		return tx.verifyBindings(ctx, &rep)
+		if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
+			return err
+		}
+		return tx.verifyConsumed(ctx, &rep, &consumed)
 	})
 	return rep, err
+}
+
+// consumedFrames are the autonomy.preflight_consumed frames Verify met, in
+// seq order.
+type consumedFrames struct {
+	seqs  []uint64
+	bySeq map[uint64]consumedAttrs
+}
+
+type consumedAttrs struct {
+	PreflightID string `json:"preflight_id"`
+	StepID      string `json:"step_id"`
+	RequestID   string `json:"request_id"`
+}
+
+func (cf *consumedFrames) add(f Frame) error {
+	var a consumedAttrs
+	if err := json.Unmarshal(f.Attrs, &a); err != nil || a.PreflightID == "" {
+		return fmt.Errorf("consumed frame attrs do not name a preflight: %s", f.Attrs)
+	}
+	if cf.bySeq == nil {
+		cf.bySeq = map[uint64]consumedAttrs{}
+	}
+	cf.seqs = append(cf.seqs, f.Seq)
+	cf.bySeq[f.Seq] = a
+	return nil
+}
+
+// verifyConsumed checks the consumed markers, which the gate reads to
+// refuse a replay, against the hash-chained frames: each marker names the
+// autonomy.preflight_consumed frame of its preflight, step and request,
+// and each such frame of a preflight still recorded has its marker, so a
+// marker deleted (a step opened again) or forged does not pass for a log
+// that verifies.
+func (tx *Tx) verifyConsumed(ctx context.Context, rep *VerifyReport, cf *consumedFrames) error {
+	preflights := tx.btx.Bucket(bucketPreflights)
+	marked := make(map[uint64]bool, len(cf.seqs))
+	c := tx.btx.Bucket(bucketConsumed).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		id, step, okKey := splitConsumedKey(k)
+		var m consumedRecord
+		if !okKey || json.Unmarshal(v, &m) != nil {
+			rep.Problem = fmt.Sprintf("consumed marker %q is malformed", k)
+			return nil
+		}
+		bad := func(problem string) error {
+			rep.BadSeq, rep.Problem = m.Seq, fmt.Sprintf("consumed marker of %s step %d: %s", id, step, problem)
+			return nil
+		}
+		f, ok := cf.bySeq[m.Seq]
+		if !ok {
+			return bad("names no autonomy.preflight_consumed frame in the log")
+		}
+		if f.PreflightID != id || f.RequestID != m.RequestID {
+			return bad("differs from its autonomy.preflight_consumed frame")
+		}
+		if seq, ok := indexSeq(preflights.Get([]byte(id))); ok {
+			a, _, err := tx.preflightFrame(seq)
+			if err != nil || step >= len(a.Steps) || a.Steps[step].ID != f.StepID {
+				return bad("names another step than its autonomy.preflight_consumed frame")
+			}
+		}
+		marked[m.Seq] = true
+	}
+	for _, seq := range cf.seqs {
+		if f := cf.bySeq[seq]; !marked[seq] && preflights.Get([]byte(f.PreflightID)) != nil {
+			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", f.StepID, f.PreflightID)
+			return nil
+		}
+	}
+	return nil
 }
 
 // verifyBindings checks every compact binding record in the preflights

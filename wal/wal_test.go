@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -443,5 +445,60 @@ func TestOpenLocked(t *testing.T) {
 			second.Close()
 		}
 		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+}
+
+// TestVerifyChecksConsumedMarkers: the markers the gate reads to refuse a
+// replay are checked against the consumed frames, so a marker deleted (the
+// step could be consumed again) or edited does not pass for a verified log.
+func TestVerifyChecksConsumedMarkers(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (*DB, []byte, uint64) {
+		db := openTest(t, nil)
+		b := testBinding("pf_marker0000000001", "tool.echo")
+		if _, err := db.RecordPreflight(ctx, PreflightRecord{Binding: b, Decision: json.RawMessage(`{}`), Time: t0}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.echo", RequestID: "req-1", Time: t0})
+		if err != nil || res.Status != Consumed {
+			t.Fatalf("consume: %+v, %v", res, err)
+		}
+		if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+			t.Fatalf("clean log: %+v, %v", rep, err)
+		}
+		var seq uint64
+		if err := db.View(func(tx *Tx) error {
+			var m consumedRecord
+			err := json.Unmarshal(tx.btx.Bucket(bucketConsumed).Get(consumedKey(b.PreflightID, 0)), &m)
+			seq = m.Seq
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return db, consumedKey(b.PreflightID, 0), seq
+	}
+	for name, edit := range map[string]func(*bolt.Bucket, []byte) error{
+		"marker deleted": func(b *bolt.Bucket, k []byte) error { return b.Delete(k) },
+		"marker names another request": func(b *bolt.Bucket, k []byte) error {
+			return b.Put(k, bytes.Replace(b.Get(k), []byte("req-1"), []byte("req-9"), 1))
+		},
+		"marker on another step": func(b *bolt.Bucket, k []byte) error {
+			v := bytes.Clone(b.Get(k))
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			return b.Put(consumedKey("pf_marker0000000001", 1), v)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db, key, seq := setup(t)
+			if err := db.update(func(tx *bolt.Tx) error { return edit(tx.Bucket(bucketConsumed), key) }); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := db.Verify(ctx)
+			if err != nil || rep.OK() || rep.BadSeq != seq {
+				t.Fatalf("Verify = %+v, %v; want a failure at the consumed frame, seq %d", rep, err, seq)
+			}
+		})
 	}
 }

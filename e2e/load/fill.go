@@ -111,18 +111,23 @@ func fillWAL(ctx context.Context, dir string, frames, live int) ([]string, error
 				if live > 0 {
 					continue
 				}
+				// Consumed the way the gate consumes: the marker, its frame
+				// and the decision frame, so the filled log has every index
+				// a served one has, and verifies.
 				b := &r.Binding
-				if _, err := tx.Append(wal.FrameInput{Kind: wal.KindConsumed, AuditID: b.AuditID, Time: now,
-					Attrs: map[string]any{"preflight_id": b.PreflightID, "step_id": "s1", "tool_kind": "tool.echo",
-						"request_id": "fill-" + b.PreflightID}}); err != nil {
+				res, err := tx.Consume(wal.ConsumeRequest{Binding: b, Kind: "tool.echo", RequestID: "fill-" + b.PreflightID, Time: now,
+					Decision: func(wal.ConsumeResult) wal.FrameInput {
+						return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: now,
+							Attrs: map[string]any{"outcome": "allow", "enforced": true, "mode": "enforce",
+								"reason": preflight.ReasonPassed, "status": 200, "request_id": "fill-" + b.PreflightID,
+								"tool_kind": "tool.echo", "method": "POST", "path": "/v1/tool", "preflight_id": b.PreflightID,
+								"step_id": "s1", "args_digest": b.Steps[0].ArgsDigest, "bundle_revision": tpl.revision}}
+					}})
+				if err != nil {
 					return err
 				}
-				if _, err := tx.Append(wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: now,
-					Attrs: map[string]any{"outcome": "allow", "enforced": true, "mode": "enforce",
-						"reason": preflight.ReasonPassed, "status": 200, "request_id": "fill-" + b.PreflightID,
-						"tool_kind": "tool.echo", "method": "POST", "path": "/v1/tool", "preflight_id": b.PreflightID,
-						"step_id": "s1", "args_digest": b.Steps[0].ArgsDigest, "bundle_revision": tpl.revision}}); err != nil {
-					return err
+				if res.Status != wal.Consumed {
+					return fmt.Errorf("consume %s: %v", b.PreflightID, res.Status)
 				}
 			}
 			return nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/contractrefine/autonomy/wal"
 )
 
 // TestMain lets the test binary stand in for the load command as the floor
@@ -158,4 +160,26 @@ func TestCPUTime(t *testing.T) {
 		t.Fatal("cpu time of no process")
 	}
 	_ = sum
+}
+
+// TestFilledWALVerifies: the scale check's pre-filled log holds what a
+// served log holds (consumed markers included) and passes wal verify.
+func TestFilledWALVerifies(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := fillWAL(context.Background(), dir, 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	db, err := wal.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK() || rep.Frames < 300 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	st, err := db.Stats(context.Background())
+	if err != nil || st.ConsumedMarkers == 0 || st.ConsumedMarkers != st.Bindings {
+		t.Fatalf("stats: %+v, %v; want a marker for every filled binding", st, err)
+	}
 }
