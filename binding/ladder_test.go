@@ -2,7 +2,6 @@ package binding_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -197,8 +196,6 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
-		// A Go runtime finds "ARGS" (or "arg\u017f") for its args field:
-		// the gate would judge {} while the runtime runs these.
 		// A check without a body (the kind from gate.kind_header, nginx's
 		// auth_request) has no args: bound args and clauses cannot be
 		// judged on {}, which the real args need not be.
@@ -219,6 +216,8 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonInvariantViolated, kind: "tool.guarded", gated: true},
+		// A Go runtime finds "ARGS" (or "arg\u017f") for its args field:
+		// the gate would judge {} while the runtime runs these.
 		"args under another spelling": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)
@@ -230,16 +229,6 @@ func ladderRungs() map[string]rung {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)
 				r.Body = []byte("{\"kind\":\"tool.echo\",\"arg\u017f\":{\"cmd\":\"rm -rf /\"}}")
-				return r
-			},
-			contract: reasonMalformedCall, everyMode: true, gated: true},
-		"a number more precise than a double (bind_arguments)": {
-			// 2^53+1 reads as the preflighted 2^53: the digests match, and
-			// a runtime that reads integers exactly would act on another id.
-			call: func(e *env) *binding.Request {
-				b := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"n": json.Number("9007199254740992")}))
-				r := echoCall(b.PreflightID)
-				r.Body = []byte(`{"kind":"tool.echo","args":{"n":9007199254740993}}`)
 				return r
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},

@@ -134,9 +134,9 @@ func write(buf *bytes.Buffer, v any) error {
 	case string:
 		return writeString(buf, t)
 	case json.Number:
-		f, err := strconv.ParseFloat(string(t), 64)
+		f, err := Number(t)
 		if err != nil {
-			return fmt.Errorf("%w: %q", ErrNumber, string(t))
+			return err
 		}
 		return writeNumber(buf, f)
 	case float64:
@@ -321,60 +321,11 @@ func writeNumber(buf *bytes.Buffer, f float64) error {
 }
 
 // Number is the IEEE double that canonical JSON writes for n, or ErrNumber
-// when n is not exactly one: it does not parse, it is out of the double's
-// range, or it is more precise than a double (9007199254740993,
-// 0.1000000000000000001, 1e-400). Canonical JSON writes such a number as a
-// nearby double, so two different numbers would digest alike while a
-// runtime that reads numbers exactly (int64, decimals, Python) acts on the
-// one the client wrote: what is bound by digest is checked with Number.
+// when n has none (it is out of the double's range, or does not parse).
 func Number(n json.Number) (float64, error) {
 	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || !exact(string(n), f) {
+	if err != nil {
 		return 0, fmt.Errorf("%w: %q", ErrNumber, string(n))
 	}
 	return f, nil
-}
-
-// exact reports whether the JSON number lit denotes the decimal value of f
-// exactly, where f is lit read as the nearest double: whether the shortest
-// text that reads back as f has the same value as lit.
-func exact(lit string, f float64) bool {
-	if d := strings.TrimPrefix(lit, "-"); len(d) <= 15 && strings.Trim(d, "0123456789") == "" {
-		return true // an integer of at most 15 digits: below 2^53
-	}
-	return decimalOf(lit) == decimalOf(strconv.FormatFloat(f, 'g', -1, 64))
-}
-
-// decimal is a number's value as sign, digits with no leading or trailing
-// zero, and the power of ten the digits are scaled by; zero has no digits.
-type decimal struct {
-	neg    bool
-	digits string
-	scale  int
-	bad    bool // the exponent does not fit an int
-}
-
-// decimalOf reads a JSON number (or strconv's 'g' form of one).
-func decimalOf(lit string) decimal {
-	var d decimal
-	d.neg = strings.HasPrefix(lit, "-")
-	lit = strings.TrimPrefix(lit, "-")
-	mant, exp := lit, 0
-	if i := strings.IndexAny(lit, "eE"); i >= 0 {
-		mant = lit[:i]
-		e, err := strconv.Atoi(lit[i+1:])
-		if err != nil {
-			d.bad = true
-		}
-		exp = e
-	}
-	whole, frac, _ := strings.Cut(mant, ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	trimmed := strings.TrimRight(digits, "0")
-	if trimmed == "" {
-		return decimal{} // zero, whatever its sign and exponent
-	}
-	d.digits = trimmed
-	d.scale = exp - len(frac) + len(digits) - len(trimmed)
-	return d
 }
