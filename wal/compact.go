@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/contractrefine/autonomy/preflight"
 )
 
 // bucketRetired counts, per repair session, how many of the session's
@@ -164,9 +162,23 @@ func (r *CompactReport) add(c *compactChunk) {
 type compactAttrs struct {
 	PreflightID string    `json:"preflight_id"`
 	ExpiresAt   time.Time `json:"expires_at"`
-	ActorID     string    `json:"actor_id"`
+	SessionKey  string    `json:"session_key"`
 	SessionID   string    `json:"session_id"`
 	PlanHash    string    `json:"plan_hash"`
+}
+
+// sessionKey is the key the frame's repair session was counted under:
+// session_key as recorded, or, for frames written before it was, the
+// (session_id, plan_hash) pair those frames were counted under.
+func (a *compactAttrs) sessionKey() (string, bool) {
+	if a.SessionKey != "" {
+		return a.SessionKey, true
+	}
+	if a.SessionID == "" || a.PlanHash == "" {
+		return "", false
+	}
+	b, err := json.Marshal([2]string{a.SessionID, a.PlanHash})
+	return string(b), err == nil
 }
 
 // compactFrames removes up to limit frames from the front of the log. With
@@ -242,9 +254,7 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 			}
 			c.consumed += n
 		}
-		req := preflight.Request{Intent: preflight.Intent{PlanHash: g.attrs.PlanHash},
-			Context: preflight.Context{Actor: preflight.Actor{ID: g.attrs.ActorID, SessionID: g.attrs.SessionID}}}
-		if sk, ok := req.SessionKey(); ok {
+		if sk, ok := g.attrs.sessionKey(); ok {
 			sessions[sk]++
 		}
 	}

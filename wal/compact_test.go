@@ -44,7 +44,8 @@ func writeCompactLog(t *testing.T, opts *Options) *compactLog {
 		b := testBinding("pf_"+name, "tool.shell")
 		b.Outcome, b.ExpiresAt = outcome, expires
 		rec := PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":"` + string(outcome) + `"}`), Time: at,
-			Attrs: map[string]any{"session_id": session, "plan_hash": "plan-1", "intent_summary": "test " + name}}
+			Attrs: map[string]any{"session_id": session, "plan_hash": "plan-1", "session_key": sessionKeyOf(session),
+				"intent_summary": "test " + name}}
 		rec.SessionKey = sessionKeyOf(session)
 		if idem {
 			rec.Idempotency = &IdempotencyRecord{Key: "t\x00idem-" + name, RequestDigest: "sha256:" + name, PreflightID: b.PreflightID}
@@ -358,5 +359,27 @@ func BenchmarkCompact(b *testing.B) {
 		b.ReportMetric(float64(rep.Transactions), "commits")
 		db.Close()
 		b.StartTimer()
+	}
+}
+
+// TestCompactSessionKeyOfAFrame: compaction retires the key a frame's
+// session was counted under: session_key as recorded, or the
+// (session_id, plan_hash) pair of frames written before it was.
+func TestCompactSessionKeyOfAFrame(t *testing.T) {
+	for name, tc := range map[string]struct {
+		attrs compactAttrs
+		want  string
+		ok    bool
+	}{
+		"recorded key":      {compactAttrs{SessionKey: `["user:a","s1","p1"]`, SessionID: "s1", PlanHash: "p1"}, `["user:a","s1","p1"]`, true},
+		"frame from before": {compactAttrs{SessionID: "s1", PlanHash: "p1"}, `["s1","p1"]`, true},
+		"no session":        {compactAttrs{PlanHash: "p1"}, "", false},
+		"no plan hash":      {compactAttrs{SessionID: "s1"}, "", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got, ok := tc.attrs.sessionKey(); got != tc.want || ok != tc.ok {
+				t.Errorf("sessionKey() = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -12,7 +12,9 @@
 //	             then the compact binding record (below)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
 //	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
-//	sessions     key: session key, the JSON array ["<session_id>","<plan_hash>"]
+//	sessions     key: session key, the JSON array ["<actor id>","<session_id>","<plan_hash>"]
+//	             (["<session_id>","<plan_hash>"] for sessions counted before the actor
+//	             was part of it; compaction reads the key from the frame's session_key)
 //	             value: attempts so far, 4-byte BE, then the attempt of the session's first
 //	             repair_required, 4-byte BE (0: none yet); a value of the attempts alone
 //	             is an older one and reads as a budget opened at attempt 1

@@ -318,13 +318,18 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		attrs := map[string]any{"request_digest": digest, "attempt": d.Attempt, "reason": d.Reason,
 			"bundle_revision": bundle.Revision(), "dry_run": false}
 		// The explain page shows the intent; compaction finds a repair
-		// session's attempt count from session_id and plan_hash.
+		// session's attempt count under session_key, the key it was counted
+		// under (frames from before the key held the actor have only
+		// session_id and plan_hash).
 		attrs["intent_summary"] = req.Intent.Summary
 		if req.Intent.PlanHash != "" {
 			attrs["plan_hash"] = req.Intent.PlanHash
 		}
 		if req.Context.Actor.SessionID != "" {
 			attrs["session_id"] = req.Context.Actor.SessionID
+		}
+		if hasSession {
+			attrs["session_key"] = sessionKey
 		}
 		if a.o.StoreRawRequests {
 			attrs["request"] = json.RawMessage(body)
