@@ -410,18 +410,12 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	return g.record(ctx, c, d, now)
 }
 
-// unseenChecker is a ClauseChecker that can name a kind's clauses without
-// args, for a check that carries no body.
-type unseenChecker interface {
-	Unseen(kind string) []preflight.ClauseViolation
-}
-
 // clauseViolations are the clauses c's real args break. A check without a
 // body (the kind from gate.kind_header) has no args to judge: every clause
 // of its kind is a violation, never a pass on {}.
 func clauseViolations(cc preflight.ClauseChecker, c *call) []preflight.ClauseViolation {
-	if u, ok := cc.(unseenChecker); ok && c.noBody {
-		return u.Unseen(c.kind)
+	if c.noBody {
+		return cc.Unseen(c.kind)
 	}
 	return cc.Check(c.kind, c.argsMap)
 }

@@ -12,11 +12,14 @@ import (
 	"github.com/contractrefine/autonomy/internal/canon"
 )
 
-// errDuplicateKey is wrapped by the error for a gated body in which one
-// object names a member twice.
+// Errors wrapped by the refusal of an ambiguous gated body.
 var (
-	errDuplicateKey = errors.New("duplicate member name")
-	errMisspelt     = errors.New("member name spelt otherwise than the gate's pointer")
+	// errDuplicateKey: one object names a member twice, or two members
+	// that differ only in case.
+	errDuplicateKey = errors.New("binding: duplicate member name")
+	// errMisspelt: a member stands where the kind or args pointer names
+	// another spelling of it.
+	errMisspelt = errors.New("binding: member name spelt otherwise than the gate's pointer")
 )
 
 // checkUniqueKeys returns an error when some object in the JSON text b

@@ -104,4 +104,8 @@ type ClauseViolation struct {
 // declares on one call's arguments. The bundle compiles it once at load.
 type ClauseChecker interface {
 	Check(kind string, args map[string]any) []ClauseViolation
+	// Unseen returns a violation for each clause Check would evaluate for
+	// kind, for a call whose args cannot be seen (a gate check without a
+	// body): judged on {}, a clause might pass that the real args break.
+	Unseen(kind string) []ClauseViolation
 }

@@ -133,6 +133,9 @@ func compact(s string) string {
 // one precondition, args.amountUsd > 0.
 type refundClauses struct{}
 
+// Unseen is never reached at preflight, which always has the args.
+func (refundClauses) Unseen(string) []ClauseViolation { return nil }
+
 func (refundClauses) Check(kind string, args map[string]any) []ClauseViolation {
 	if kind != "refund.create.v2" {
 		return nil

@@ -421,10 +421,13 @@ func (panicChain) ChainStatus(context.Context, string) (bool, bool, error) {
 type panicClauses struct{}
 
 func (panicClauses) Check(string, map[string]any) []ClauseViolation { panic("checker bug") }
+func (panicClauses) Unseen(string) []ClauseViolation                { panic("checker bug") }
 
 // badReasonClauses returns a violation with a reason outside INV-CR-4 for
 // every step.
 type badReasonClauses struct{}
+
+func (badReasonClauses) Unseen(string) []ClauseViolation { return nil }
 
 func (badReasonClauses) Check(kind string, _ map[string]any) []ClauseViolation {
 	return []ClauseViolation{{Kind: kind, Clause: "invariant", Index: 2, Expression: "true", Reason: "Invariant Violated!"}}

@@ -248,19 +248,34 @@ func Local(r *http.Request) bool {
 		return false
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback() && loopbackName(r.Host)
+	return ip != nil && ip.IsLoopback() && loopbackName(r.Host) && !proxied(r)
+}
+
+// proxied reports whether r says it passed through a proxy: a proxy on this
+// host connects over loopback for every client it serves, and one that
+// keeps the client's Host would otherwise pass them all for local.
+func proxied(r *http.Request) bool {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip", "Via"} {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // loopbackName reports whether a Host header names this host over
-// loopback: localhost, a name under .localhost, or a loopback address;
-// an empty one (HTTP/1.0) too.
+// loopback: localhost, a name under .localhost, or a loopback address; an
+// absent one (HTTP/1.0) too, but not a port with no host (":8181").
 func loopbackName(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if host == "" || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)

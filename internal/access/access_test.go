@@ -183,6 +183,7 @@ func TestHandler(t *testing.T) {
 		path        string
 		remote      string
 		host        string // "" is localhost:8181
+		forwarded   bool   // carries X-Forwarded-For, as a proxy sets it
 		auth        string
 		status      int
 		code        string
@@ -193,6 +194,12 @@ func TestHandler(t *testing.T) {
 		// A browser page whose name was pointed at 127.0.0.1 (DNS
 		// rebinding) connects over loopback but names its own host.
 		"local read naming another host": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", host: "rebind.evil.example:8181",
+			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
+		"local read naming only a port": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", host: ":8181",
+			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
+		// A proxy on this host that keeps the client's Host connects over
+		// loopback for every client: what it forwarded is not local.
+		"proxied read over loopback": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", forwarded: true,
 			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
 		"remote read refused":         {method: "GET", path: "/v1/preflight/pf_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
 		"remote audit refused":        {method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
@@ -222,6 +229,9 @@ func TestHandler(t *testing.T) {
 			}
 			if tc.auth != "" {
 				r.Header.Set("Authorization", tc.auth)
+			}
+			if tc.forwarded {
+				r.Header.Set("X-Forwarded-For", "198.51.100.7")
 			}
 			w := httptest.NewRecorder()
 			g.Handler(next).ServeHTTP(w, r)

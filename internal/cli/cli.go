@@ -82,6 +82,7 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 	cmd.Flags().StringVar(&f.gatewayAddr, "gateway-addr", "", "built-in gateway listen address (with --upstream)")
 }
 
+// nonEmpty refuses an empty flag value.
 func nonEmpty(v string) error {
 	if v == "" {
 		return errors.New("must not be empty")

@@ -39,6 +39,9 @@ func ParseMode(s string) (Mode, error) {
 // Limits of SPEC §2.
 const (
 	MaxRepairAttemptsLimit = 3
+	// MaxBodyBytesLimit bounds http.max_body_bytes: a body is read whole
+	// into memory for the check, and a larger bound overflows readers.
+	MaxBodyBytesLimit      = 1 << 30
 	BindingCacheTTLCeiling = 60 * time.Second
 )
 
@@ -150,8 +153,14 @@ func (g Gateway) TrustedProxyPrefixes() ([]netip.Prefix, error) {
 			continue
 		}
 		p, err := netip.ParsePrefix(v)
-		if err != nil {
+		switch {
+		case err != nil:
 			return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", v)
+		case p.Bits() == 0:
+			return nil, fmt.Errorf("%q trusts every peer: list the proxies' addresses", v)
+		case p.Addr().Is4In6() && p.Bits() >= 96:
+			// Peers are compared unmapped: ::ffff:10.0.0.0/104 is 10.0.0.0/8.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		out = append(out, p.Masked())
 	}
@@ -307,8 +316,8 @@ func (c *Config) Validate() error {
 	if cr.BindingCacheSize <= 0 {
 		bad("contract_refine.binding_cache_size", "must be positive, got %d", cr.BindingCacheSize)
 	}
-	if c.HTTP.MaxBodyBytes <= 0 {
-		bad("http.max_body_bytes", "must be positive, got %d", c.HTTP.MaxBodyBytes)
+	if c.HTTP.MaxBodyBytes <= 0 || c.HTTP.MaxBodyBytes > MaxBodyBytesLimit {
+		bad("http.max_body_bytes", "must be positive and at most %d (1 GiB), got %d", int64(MaxBodyBytesLimit), c.HTTP.MaxBodyBytes)
 	}
 	if c.HTTP.MaxHeaderBytes <= 0 {
 		bad("http.max_header_bytes", "must be positive, got %d", c.HTTP.MaxHeaderBytes)
@@ -323,7 +332,7 @@ func (c *Config) Validate() error {
 	}
 	for _, key := range integerKeys {
 		if v, ok := c.src.float(key); ok {
-			bad(key, "must be a whole number, got %s", v)
+			bad(key, "must be written as an integer, got %s", v)
 		}
 	}
 	if !strings.HasPrefix(c.Gate.Path, "/") || strings.ContainsFunc(c.Gate.Path, notInPath) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,10 +68,11 @@ wal: {retention: 24h, store_raw_requests: true}
 		"too many repairs":          {yaml: "contract_refine: {max_repair_attempts: 4}\n", wantErr: "contract_refine.max_repair_attempts: must be between 0 and 3"},
 		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
 		"negative body limit":       {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
+		"body limit past 1 GiB":     {yaml: "http: {max_body_bytes: 9223372036854775807}\n", wantErr: "http.max_body_bytes: must be positive and at most 1073741824"},
 		"wrong type":                {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
 		// yaml would truncate these into the integer fields without a word.
-		"fractional repairs":    {yaml: "contract_refine: {max_repair_attempts: 2.9}\n", wantErr: "line 1: contract_refine.max_repair_attempts: must be a whole number, got 2.9"},
-		"fractional body limit": {yaml: "http:\n  max_body_bytes: 1e6\n", wantErr: "line 2: http.max_body_bytes: must be a whole number, got 1e6"},
+		"fractional repairs":    {yaml: "contract_refine: {max_repair_attempts: 2.9}\n", wantErr: "line 1: contract_refine.max_repair_attempts: must be written as an integer, got 2.9"},
+		"fractional body limit": {yaml: "http:\n  max_body_bytes: 1e6\n", wantErr: "line 2: http.max_body_bytes: must be written as an integer, got 1e6"},
 		"whole numbers":         {yaml: "contract_refine: {binding_cache_size: 5000}\nclauses: {cost_limit: 100}\n", check: func(c Config) bool { return c.ContractRefine.BindingCacheSize == 5000 }},
 		// A query in gate.path would never match a request path: nothing gated.
 		"gate path with a query":   {yaml: "gate: {path: \"/v1/tool?x\"}\n", wantErr: `gate.path: must be a path starting with /`},
@@ -89,6 +91,13 @@ wal: {retention: 24h, store_raw_requests: true}
 			}},
 		"trusted proxy not an address": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [proxy.internal]}\n",
 			wantErr: `gateway.trusted_proxies: "proxy.internal" is not an IP address or CIDR prefix`},
+		"trusted proxies, every peer": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [\"0.0.0.0/0\"]}\n",
+			wantErr: `gateway.trusted_proxies: "0.0.0.0/0" trusts every peer`},
+		"trusted proxies, 4-in-6": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [\"::ffff:10.0.0.0/104\"]}\n",
+			check: func(c Config) bool {
+				p, err := c.Gateway.TrustedProxyPrefixes()
+				return err == nil && len(p) == 1 && p[0] == netip.MustParsePrefix("10.0.0.0/8")
+			}},
 		"trusted proxies without an actor header": {yaml: "gateway: {trusted_proxies: [10.0.0.7]}\n",
 			wantErr: "gateway.trusted_proxies: trusts proxies to set gate.actor_header, which is not set"},
 		"listen addrs that serve takes": {yaml: "http_addr: \":0\"\ngrpc_addr: unix:///run/autonomy/grpc.sock\n", check: func(c Config) bool { return c.HTTPAddr == ":0" }},

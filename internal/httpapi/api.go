@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,9 +153,20 @@ func (a *API) fail(w http.ResponseWriter, status int, code, path, message string
 }
 
 // dryRunOf reads ?dry_run: absent is a real run; a value strconv.ParseBool
-// takes decides; anything else, or the parameter twice, is not ok, so a
-// client that meant a dry run never gets a recorded one by a spelling.
-func dryRunOf(q url.Values) (dryRun, ok bool) {
+// takes decides; anything else, the parameter twice or in other capitals,
+// or a query that does not parse (url.Values would drop the bad pair), is
+// not ok, so a client that meant a dry run never gets a recorded one by a
+// spelling.
+func dryRunOf(rawQuery string) (dryRun, ok bool) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return false, false
+	}
+	for name := range q {
+		if name != "dry_run" && strings.EqualFold(name, "dry_run") {
+			return false, false
+		}
+	}
 	vs, present := q["dry_run"]
 	if !present {
 		return false, true
@@ -192,7 +204,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body could not be read.", false)
 		return
 	}
-	dryRun, ok := dryRunOf(r.URL.Query())
+	dryRun, ok := dryRunOf(r.URL.RawQuery)
 	if !ok {
 		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The dry_run parameter must be given once, as true or false (or 1, t, 0, f).", false)
 		return

@@ -175,7 +175,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// and the headers: room for http.max_body_bytes and a MiB besides, so
 	// raising the limit in both places keeps them in step (grpc's own
 	// default, 4 MiB, would refuse bigger bodies, closed but unexplained).
-	opts = append(opts, grpc.MaxRecvMsgSize(int(min(cfg.HTTP.MaxBodyBytes, 1<<40))+1<<20))
+	opts = append(opts, grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)+1<<20)) // at most 1 GiB: config.MaxBodyBytesLimit
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
