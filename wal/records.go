@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -250,6 +251,10 @@ func (db *DB) Decision(ctx context.Context, preflightID string) ([]byte, error) 
 func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
 	var a preflightAttrs
 	f, err := tx.Frame(seq)
+	if errors.Is(err, ErrNotFound) {
+		// The index names it, and compaction removes both together.
+		return a, f, fmt.Errorf("%w: preflight frame %d is indexed but missing", ErrCorrupt, seq)
+	}
 	if err != nil {
 		return a, f, err
 	}

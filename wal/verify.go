@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // VerifyReport is the result of Verify.
@@ -37,7 +39,6 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				return fmt.Errorf("%w: base: %v", ErrCorrupt, err)
 			}
 		}
-		var consumed consumedFrames
 		c := tx.btx.Bucket(bucketFrames).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
@@ -71,8 +72,8 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				return bad("hash does not match the frame's contents")
 			}
 			if f.Kind == KindConsumed {
-				if err := consumed.add(f); err != nil {
-					return bad(err.Error())
+				if problem := tx.checkConsumedFrame(f); problem != "" {
+					return bad(problem)
 				}
 			}
 			rep.Frames++
@@ -91,16 +92,9 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
 			return err
 		}
-		return tx.verifyConsumed(ctx, &rep, &consumed)
+		return tx.verifyMarkers(ctx, &rep)
 	})
 	return rep, err
-}
-
-// consumedFrames are the autonomy.preflight_consumed frames Verify met, in
-// seq order.
-type consumedFrames struct {
-	seqs  []uint64
-	bySeq map[uint64]consumedAttrs
 }
 
 type consumedAttrs struct {
@@ -109,28 +103,46 @@ type consumedAttrs struct {
 	RequestID   string `json:"request_id"`
 }
 
-func (cf *consumedFrames) add(f Frame) error {
+// The consumed markers are what the gate reads to refuse a replay, so they
+// are checked against the hash-chained frames both ways, without holding
+// anything per frame: each autonomy.preflight_consumed frame of a
+// preflight still recorded has its marker (checkConsumedFrame, during the
+// walk), and each marker names the consumed frame of its preflight, step
+// and request (verifyMarkers). A marker deleted (a step opened again) or
+// forged does not pass for a log that verifies.
+
+// checkConsumedFrame returns what is wrong with the marker of the consumed
+// frame f, "" when nothing is or its preflight is no longer recorded.
+func (tx *Tx) checkConsumedFrame(f Frame) string {
 	var a consumedAttrs
 	if err := json.Unmarshal(f.Attrs, &a); err != nil || a.PreflightID == "" {
-		return fmt.Errorf("consumed frame attrs do not name a preflight: %s", f.Attrs)
+		return fmt.Sprintf("consumed frame attrs do not name a preflight: %s", f.Attrs)
 	}
-	if cf.bySeq == nil {
-		cf.bySeq = map[uint64]consumedAttrs{}
+	steps, recorded, err := tx.recordedSteps(a.PreflightID)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the binding of %s cannot be read: %v", a.PreflightID, err)
+	case !recorded:
+		return ""
 	}
-	cf.seqs = append(cf.seqs, f.Seq)
-	cf.bySeq[f.Seq] = a
-	return nil
+	step := slices.IndexFunc(steps, func(s preflight.BoundStep) bool { return s.ID == a.StepID })
+	if step < 0 {
+		return fmt.Sprintf("consumes step %q, which preflight %s does not have", a.StepID, a.PreflightID)
+	}
+	var m consumedRecord
+	v := tx.btx.Bucket(bucketConsumed).Get(consumedKey(a.PreflightID, step))
+	switch {
+	case v == nil:
+		return fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
+	case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || m.RequestID != a.RequestID:
+		return fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
+	}
+	return ""
 }
 
-// verifyConsumed checks the consumed markers, which the gate reads to
-// refuse a replay, against the hash-chained frames: each marker names the
-// autonomy.preflight_consumed frame of its preflight, step and request,
-// and each such frame of a preflight still recorded has its marker, so a
-// marker deleted (a step opened again) or forged does not pass for a log
-// that verifies.
-func (tx *Tx) verifyConsumed(ctx context.Context, rep *VerifyReport, cf *consumedFrames) error {
-	preflights := tx.btx.Bucket(bucketPreflights)
-	marked := make(map[uint64]bool, len(cf.seqs))
+// verifyMarkers checks that each consumed marker names the consumed frame
+// of its preflight, step and request.
+func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 	c := tx.btx.Bucket(bucketConsumed).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if err := ctx.Err(); err != nil {
@@ -146,28 +158,40 @@ func (tx *Tx) verifyConsumed(ctx context.Context, rep *VerifyReport, cf *consume
 			rep.BadSeq, rep.Problem = m.Seq, fmt.Sprintf("consumed marker of %s step %d: %s", id, step, problem)
 			return nil
 		}
-		f, ok := cf.bySeq[m.Seq]
-		if !ok {
-			return bad("names no autonomy.preflight_consumed frame in the log")
+		f, err := tx.Frame(m.Seq)
+		if err != nil {
+			return bad("names no frame in the log")
 		}
-		if f.PreflightID != id || f.RequestID != m.RequestID {
-			return bad("differs from its autonomy.preflight_consumed frame")
+		var a consumedAttrs
+		if f.Kind != KindConsumed || json.Unmarshal(f.Attrs, &a) != nil || a.PreflightID != id || a.RequestID != m.RequestID {
+			return bad("differs from the frame it names")
 		}
-		if seq, ok := indexSeq(preflights.Get([]byte(id))); ok {
-			a, _, err := tx.preflightFrame(seq)
-			if err != nil || step >= len(a.Steps) || a.Steps[step].ID != f.StepID {
-				return bad("names another step than its autonomy.preflight_consumed frame")
-			}
+		steps, recorded, err := tx.recordedSteps(id)
+		if err != nil {
+			return bad("its binding cannot be read: " + err.Error())
 		}
-		marked[m.Seq] = true
-	}
-	for _, seq := range cf.seqs {
-		if f := cf.bySeq[seq]; !marked[seq] && preflights.Get([]byte(f.PreflightID)) != nil {
-			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", f.StepID, f.PreflightID)
-			return nil
+		if recorded && (step >= len(steps) || steps[step].ID != a.StepID) {
+			return bad("names another step than the frame it names")
 		}
 	}
 	return nil
+}
+
+// recordedSteps returns the steps of a preflight still recorded, from its
+// compact binding record or, for an older index entry, its frame; recorded
+// is false once compaction removed it.
+func (tx *Tx) recordedSteps(id string) (steps []preflight.BoundStep, recorded bool, err error) {
+	v := tx.btx.Bucket(bucketPreflights).Get([]byte(id))
+	seq, ok := indexSeq(v)
+	if !ok {
+		return nil, false, nil
+	}
+	if len(v) > 8 {
+		rec, err := decodeBindingRecord(id, v[8:])
+		return rec.Steps, true, err
+	}
+	a, _, err := tx.preflightFrame(seq)
+	return a.Steps, true, err
 }
 
 // verifyBindings checks every compact binding record in the preflights

@@ -13,8 +13,13 @@
 // through timing, and no token is ever written to a log: log lines name the
 // token entry's name at most.
 //
-// Without a tokens file the read endpoints answer loopback clients only
-// (and clients on a Unix socket listener), unless access.allow_remote_reads
-// opens them; anyone else gets 403 remote-reads-forbidden. Proxies on the
-// same host read as loopback clients: X-Forwarded-For is not trusted.
+// Without a tokens file the read endpoints answer local clients only
+// (loopback naming a loopback Host and carrying no forwarding header, or a
+// Unix socket listener), unless access.allow_remote_reads opens them;
+// anyone else gets 403 remote-reads-forbidden. A request that says it was
+// forwarded is not local, but a front on the same host that says nothing
+// (a port forwarder, a proxy that adds no header and keeps or sets a
+// loopback Host) cannot be told from a local client: configure tokens
+// when anything else on the host accepts remote connections for the
+// service.
 package access

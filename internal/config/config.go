@@ -153,14 +153,15 @@ func (g Gateway) TrustedProxyPrefixes() ([]netip.Prefix, error) {
 			continue
 		}
 		p, err := netip.ParsePrefix(v)
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, fmt.Errorf("%q is not an IP address or CIDR prefix", v)
-		case p.Bits() == 0:
-			return nil, fmt.Errorf("%q trusts every peer: list the proxies' addresses", v)
-		case p.Addr().Is4In6() && p.Bits() >= 96:
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
 			// Peers are compared unmapped: ::ffff:10.0.0.0/104 is 10.0.0.0/8.
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("%q trusts every peer: list the proxies' addresses", v)
 		}
 		out = append(out, p.Masked())
 	}

@@ -93,6 +93,8 @@ wal: {retention: 24h, store_raw_requests: true}
 			wantErr: `gateway.trusted_proxies: "proxy.internal" is not an IP address or CIDR prefix`},
 		"trusted proxies, every peer": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [\"0.0.0.0/0\"]}\n",
 			wantErr: `gateway.trusted_proxies: "0.0.0.0/0" trusts every peer`},
+		"trusted proxies, every IPv4 peer as 4-in-6": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [\"::ffff:0.0.0.0/96\"]}\n",
+			wantErr: `trusts every peer`},
 		"trusted proxies, 4-in-6": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [\"::ffff:10.0.0.0/104\"]}\n",
 			check: func(c Config) bool {
 				p, err := c.Gateway.TrustedProxyPrefixes()

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -153,17 +152,17 @@ func (a *API) fail(w http.ResponseWriter, status int, code, path, message string
 }
 
 // dryRunOf reads ?dry_run: absent is a real run; a value strconv.ParseBool
-// takes decides; anything else, the parameter twice or in other capitals,
-// or a query that does not parse (url.Values would drop the bad pair), is
-// not ok, so a client that meant a dry run never gets a recorded one by a
-// spelling.
+// takes decides; anything else, the parameter twice, any other parameter
+// (dry-run, dryRun, DRY_RUN), or a query that does not parse (url.Values
+// would drop the bad pair), is not ok, so a client that meant a dry run
+// never gets a recorded one by a spelling.
 func dryRunOf(rawQuery string) (dryRun, ok bool) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return false, false
 	}
 	for name := range q {
-		if name != "dry_run" && strings.EqualFold(name, "dry_run") {
+		if name != "dry_run" { // dry-run, dryRun, DRY_RUN: POST takes no other parameter
 			return false, false
 		}
 	}

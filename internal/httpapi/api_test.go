@@ -98,7 +98,8 @@ func TestDryRunSpellings(t *testing.T) {
 		}
 	}
 	for _, q := range []string{"dry_run=yes", "dry_run=", "dry_run", "dry_run=true&dry_run=false", "dry_run=on",
-		"dry_run=true;", "dry_run=true;x=1", "dry_run=tru%", "DRY_RUN=true", "Dry_Run=1"} {
+		"dry_run=true;", "dry_run=true;x=1", "dry_run=tru%", "DRY_RUN=true", "Dry_Run=1", "dry-run=true", "dryRun=true",
+		"dry_run=true&x=1"} {
 		errs := mustError(t, f.do(http.MethodPost, "/v1/preflight?"+q, readRequest(t, "read_repair")), http.StatusBadRequest)
 		if errs[0].Code != httpapi.CodeMalformedRequest {
 			t.Errorf("%s: %+v", q, errs)
