@@ -125,19 +125,26 @@ func (tx *Tx) checkConsumedFrame(f Frame) string {
 	case !recorded:
 		return ""
 	}
-	step := slices.IndexFunc(steps, func(s preflight.BoundStep) bool { return s.ID == a.StepID })
-	if step < 0 {
-		return fmt.Sprintf("consumes step %q, which preflight %s does not have", a.StepID, a.PreflightID)
+	// Step ids are unique in any plan the service passes, but the wal API
+	// takes any binding: the frame names its step by id only, so any step
+	// with that id whose marker is this frame's will do.
+	problem := fmt.Sprintf("consumes step %q, which preflight %s does not have", a.StepID, a.PreflightID)
+	for i := range steps {
+		if steps[i].ID != a.StepID {
+			continue
+		}
+		var m consumedRecord
+		v := tx.btx.Bucket(bucketConsumed).Get(consumedKey(a.PreflightID, i))
+		switch {
+		case v == nil:
+			problem = fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
+		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || m.RequestID != a.RequestID:
+			problem = fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
+		default:
+			return ""
+		}
 	}
-	var m consumedRecord
-	v := tx.btx.Bucket(bucketConsumed).Get(consumedKey(a.PreflightID, step))
-	switch {
-	case v == nil:
-		return fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
-	case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || m.RequestID != a.RequestID:
-		return fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
-	}
-	return ""
+	return problem
 }
 
 // verifyMarkers checks that each consumed marker names the consumed frame

@@ -502,3 +502,30 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyRepeatedStepIDs: the wal API takes bindings whose steps repeat
+// an id (the service's plan_shape never passes one); consuming each of them
+// leaves a log that verifies, and a deleted marker is still named.
+func TestVerifyRepeatedStepIDs(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, nil)
+	b := testBinding("pf_repeated00000001", "tool.echo", "tool.echo")
+	b.Steps[1].ID = b.Steps[0].ID
+	if _, err := db.RecordPreflight(ctx, PreflightRecord{Binding: b, Decision: json.RawMessage(`{}`), Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rid := range []string{"req-1", "req-2"} {
+		if res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.echo", RequestID: rid, Time: t0}); err != nil || res.Status != Consumed {
+			t.Fatalf("consume %s: %+v, %v", rid, res, err)
+		}
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("both steps consumed: %+v, %v", rep, err)
+	}
+	if err := db.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketConsumed).Delete(consumedKey(b.PreflightID, 1)) }); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx); err != nil || rep.OK() {
+		t.Fatalf("second marker deleted: %+v, %v; want a failure", rep, err)
+	}
+}
