@@ -20,7 +20,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
-	"github.com/contractrefine/autonomy/internal/jsonptr"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -590,19 +589,20 @@ func (g *Gate) readCall(c *call) error {
 	}
 	// A runtime in Go finds "ARGS" for its args field; the gate, reading
 	// the pointer exactly, would judge {} while the runtime runs them.
-	for _, ptr := range [...]string{g.o.KindPointer, g.o.ArgsPointer} {
-		if err := checkSpelling(doc, ptr); err != nil {
-			return fmt.Errorf("body is ambiguous: %w", err)
-		}
+	kind, kindOK, err := resolveExact(doc, g.o.KindPointer)
+	if err != nil {
+		return fmt.Errorf("body is ambiguous: %w", err)
 	}
-	kind, ok := jsonptr.Resolve(doc, g.o.KindPointer)
-	if s, isString := kind.(string); ok && isString && s != "" {
+	args, argsOK, err := resolveExact(doc, g.o.ArgsPointer)
+	if err != nil {
+		return fmt.Errorf("body is ambiguous: %w", err)
+	}
+	if s, isString := kind.(string); kindOK && isString && s != "" {
 		c.kind = s
 	} else {
 		return errNoKind
 	}
-	args, ok := jsonptr.Resolve(doc, g.o.ArgsPointer)
-	if !ok || args == nil {
+	if !argsOK || args == nil {
 		args = map[string]any{}
 	}
 	m, isMap := args.(map[string]any)

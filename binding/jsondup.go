@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
 // Errors wrapped by the refusal of an ambiguous gated body.
@@ -197,42 +196,17 @@ func checkValues(v any) error {
 	return nil
 }
 
-// checkSpelling follows ptr through doc and refuses a member that stands
-// where ptr names another spelling of it ("ARGS", "Args" or "arg\u017f" for
-// /args, with no "args" beside it): the gate, resolving ptr exactly, would
-// read nothing there, while a runtime that matches names without regard to
-// case (Go's encoding/json) reads that member.
-func checkSpelling(doc any, ptr string) error {
-	if ptr == "" {
-		return nil
+// resolveExact resolves ptr in doc, refusing a member that stands where
+// ptr names another spelling of it ("ARGS", "Args" or "arg\u017f" for /args,
+// with no "args" beside it): resolving ptr exactly would read nothing
+// there, while a runtime that matches names without regard to case (Go's
+// encoding/json) reads that member.
+func resolveExact(doc any, ptr string) (any, bool, error) {
+	v, ok, near := jsonptr.ResolveNear(doc, ptr, canon.FoldKey)
+	if near != "" {
+		return nil, false, fmt.Errorf("%w: %q stands where %s names another spelling of it", errMisspelt, near, ptr)
 	}
-	cur := doc
-	for _, raw := range strings.Split(ptr[1:], "/") {
-		tok := strings.NewReplacer("~1", "/", "~0", "~").Replace(raw)
-		switch node := cur.(type) {
-		case map[string]any:
-			if v, found := node[tok]; found {
-				cur = v
-				continue
-			}
-			want := canon.FoldKey(tok)
-			for name := range node {
-				if canon.FoldKey(name) == want {
-					return fmt.Errorf("%w: %q stands where %s names %q", errMisspelt, name, ptr, tok)
-				}
-			}
-			return nil
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil
-			}
-			cur = node[i]
-		default:
-			return nil
-		}
-	}
-	return nil
+	return v, ok, nil
 }
 
 // uniqueFolded checks one object's names; a small object, the usual case,

@@ -180,9 +180,9 @@ func TestCheckValues(t *testing.T) {
 	}
 }
 
-// TestCheckSpelling: a member standing where a pointer names another
+// TestResolveExact: a member standing where a pointer names another
 // spelling of it is refused, wherever on the pointer's path it stands.
-func TestCheckSpelling(t *testing.T) {
+func TestResolveExact(t *testing.T) {
 	doc := func(s string) any {
 		v, err := parseBody([]byte(s))
 		if err != nil {
@@ -206,9 +206,9 @@ func TestCheckSpelling(t *testing.T) {
 		{`{"call":"text"}`, "/call/args", false},
 		{`{"kind":"k","args":{"ARGS":1}}`, "/args", false},
 	} {
-		err := checkSpelling(doc(tc.body), tc.ptr)
+		_, _, err := resolveExact(doc(tc.body), tc.ptr)
 		if got := errors.Is(err, errMisspelt); got != tc.refused || (!tc.refused && err != nil) {
-			t.Errorf("checkSpelling(%s, %s) = %v, want refused %v", tc.body, tc.ptr, err, tc.refused)
+			t.Errorf("resolveExact(%s, %s) = %v, want refused %v", tc.body, tc.ptr, err, tc.refused)
 		}
 	}
 }

@@ -18,36 +18,59 @@ func Escape(s string) string {
 // Resolve returns the value ptr names inside doc, a tree of the
 // generic values encoding/json produces, and whether it exists.
 func Resolve(doc any, ptr string) (any, bool) {
+	v, ok, _ := ResolveNear(doc, ptr, nil)
+	return v, ok
+}
+
+// ResolveNear is Resolve for callers whose readers match member names
+// loosely: where an object lacks the member ptr names, near is a member it
+// does have whose name fold maps to the same string (none when fold is nil
+// or no member does).
+func ResolveNear(doc any, ptr string, fold func(string) string) (v any, ok bool, near string) {
 	if ptr == "" {
-		return doc, true
+		return doc, true, ""
 	}
 	if ptr[0] != '/' {
-		return nil, false
+		return nil, false, ""
 	}
 	cur := doc
 	for _, raw := range strings.Split(ptr[1:], "/") {
 		tok, ok := unEscape(raw)
 		if !ok {
-			return nil, false
+			return nil, false, ""
 		}
 		switch node := cur.(type) {
 		case map[string]any:
 			v, found := node[tok]
 			if !found {
-				return nil, false
+				return nil, false, nearName(node, tok, fold)
 			}
 			cur = v
 		case []any:
 			i, ok := arrayIndex(tok)
 			if !ok || i >= len(node) {
-				return nil, false
+				return nil, false, ""
 			}
 			cur = node[i]
 		default:
-			return nil, false
+			return nil, false, ""
 		}
 	}
-	return cur, true
+	return cur, true, ""
+}
+
+// nearName is a member of node whose name fold maps as it maps tok.
+func nearName(node map[string]any, tok string, fold func(string) string) string {
+	if fold == nil {
+		return ""
+	}
+	want := fold(tok)
+	for name := range node {
+		if fold(name) == want {
+			return name
+		}
+	}
+	return ""
 }
 
 // unEscape reverses Escape; a "~" not followed by 0 or 1 makes

@@ -2,6 +2,7 @@ package jsonptr
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,30 @@ func TestEscapeRoundTrip(t *testing.T) {
 		if v, ok := Resolve(doc, "/"+Escape(name)); !ok || v != true {
 			t.Fatalf("name %q: Escape gives %q, which does not resolve", name, Escape(name))
 		}
+	}
+}
+
+// TestResolveNear: where an object lacks the member a pointer names, near
+// is a member whose name folds the same; found members and other misses
+// name none.
+func TestResolveNear(t *testing.T) {
+	doc := map[string]any{"Args": map[string]any{"a": 1.0}, "list": []any{map[string]any{"KIND": "x"}}}
+	for _, tc := range []struct {
+		ptr, near string
+		ok        bool
+	}{
+		{"/args", "Args", false},
+		{"/Args/a", "", true},
+		{"/list/0/kind", "KIND", false},
+		{"/list/1/kind", "", false},
+		{"/other", "", false},
+	} {
+		_, ok, near := ResolveNear(doc, tc.ptr, strings.ToLower)
+		if ok != tc.ok || near != tc.near {
+			t.Errorf("ResolveNear(%s) = %v, %q; want %v, %q", tc.ptr, ok, near, tc.ok, tc.near)
+		}
+	}
+	if _, _, near := ResolveNear(doc, "/args", nil); near != "" {
+		t.Errorf("without fold: near %q", near)
 	}
 }
