@@ -211,7 +211,7 @@ func (g *Gate) lineConflict(r *Request) bool {
 	if r.LinePath == "" || (r.LineMethod == r.Method && r.LinePath == r.Path) {
 		return false
 	}
-	return isPost(&Request{Method: r.LineMethod, Headers: r.Headers}) && g.gatesPath(r.LinePath)
+	return isPost(r.LineMethod, r.Headers) && g.gatesPath(r.LinePath)
 }
 
 // Decision is the gate's answer.
@@ -338,7 +338,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
-	c.gated = isPost(r) && g.gatesPath(r.Path)
+	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
 	if r.OriginErr != nil {
 		// The proxy described the original request two ways: check it
 		// as the tool call it may be, and refuse it as unreadable.
@@ -529,16 +529,17 @@ func withoutParams(p string) string {
 // request name another method than its own.
 var methodOverrides = []string{"x-http-method-override", "x-http-method", "x-method-override"}
 
-// isPost reports whether some tool runtime would route r as a POST.
+// isPost reports whether some tool runtime would route a request with this
+// method and these headers as a POST.
 // Methods are case-sensitive (RFC 9110 §9.1), but some frameworks
 // upper-case them (Werkzeug does), and some take the method from an
 // override header, so "post" and a GET overridden to POST are POSTs here.
-func isPost(r *Request) bool {
-	if strings.EqualFold(r.Method, http.MethodPost) {
+func isPost(method string, headers map[string]string) bool {
+	if strings.EqualFold(method, http.MethodPost) {
 		return true
 	}
 	for _, h := range methodOverrides {
-		if v, ok := r.Headers[h]; ok && strings.EqualFold(strings.TrimSpace(v), http.MethodPost) {
+		if v, ok := headers[h]; ok && strings.EqualFold(strings.TrimSpace(v), http.MethodPost) {
 			return true
 		}
 	}

@@ -111,15 +111,13 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		req.Principal = principalOf(r.TLS.PeerCertificates[0])
 	}
-	var body []byte
-	var err error
 	if r.ContentLength > maxBody {
 		// Refused before reading: a proxy waiting on Expect: 100-continue
 		// gets the deny at once.
 		req.BodyErr = errBodyTooLarge
 		return req
 	}
-	body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	switch {
 	case err != nil:
 		req.BodyErr = err
