@@ -260,15 +260,22 @@ var integerKeys = []string{"contract_refine.max_repair_attempts", "contract_refi
 // notInPath reports a character gate.path cannot hold.
 func notInPath(r rune) bool { return r == '?' || r == '#' || r <= ' ' || r == 0x7f }
 
+// SocketPath returns the Unix socket path a listen address names:
+// "unix:/path" or "unix:///path"; ok is false for a TCP address.
+func SocketPath(addr string) (path string, ok bool) {
+	path, ok = strings.CutPrefix(addr, "unix:")
+	return strings.TrimPrefix(path, "//"), ok
+}
+
 // CheckListenAddr checks a listen address the way serve will use it:
-// "unix:/path" (or "unix:///path") names a socket, anything else is
-// host:port with a port number or service name.
+// a Unix socket (SocketPath), anything else host:port with a port number
+// or service name.
 func CheckListenAddr(a string) error {
 	if a == "" {
 		return errors.New("must not be empty")
 	}
-	if path, ok := strings.CutPrefix(a, "unix:"); ok {
-		if strings.TrimPrefix(path, "//") == "" {
+	if path, ok := SocketPath(a); ok {
+		if path == "" {
 			return fmt.Errorf("%q names no socket path", a)
 		}
 		return nil

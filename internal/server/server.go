@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,8 +203,7 @@ func (s *Server) Handler() http.Handler {
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			s.obs.metrics.APIError(httpapi.CodeMethodNotAllowed)
-			w.Header().Set("Allow", "GET, HEAD")
-			httpapi.WriteError(w, http.StatusMethodNotAllowed, httpapi.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+			httpapi.WriteMethodNotAllowed(w, r, "GET, HEAD")
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -263,8 +261,7 @@ func (s *Server) WAL() *wal.DB { return s.db }
 // Listen opens a listener for addr: "unix:/path" or "unix:///path" is a Unix
 // socket (a stale socket file is replaced), anything else TCP.
 func Listen(addr string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		path = strings.TrimPrefix(path, "//")
+	if path, ok := config.SocketPath(addr); ok {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, err
 		}
