@@ -135,8 +135,10 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", allow)
-		a.fail(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", r.Method+" is not allowed on "+r.URL.Path, false)
+		if a.o.Observer != nil {
+			a.o.Observer.APIError(CodeMethodNotAllowed)
+		}
+		WriteMethodNotAllowed(w, r, allow)
 	}
 }
 

@@ -66,6 +66,13 @@ func writeError(w http.ResponseWriter, status int, code, path, message string, r
 	writeErrors(w, status, []apiError{{Code: code, Path: path, Message: message, Retryable: retryable}})
 }
 
+// WriteMethodNotAllowed answers 405 for r's method, naming the methods the
+// path takes in Allow.
+func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	WriteError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+}
+
 // WriteError answers status with one non-retryable error about the whole
 // request (path ""), in the same body as this package's own errors. It is
 // for handlers in front of the API, such as internal/access.
