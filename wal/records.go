@@ -207,28 +207,35 @@ func (s Session) encode() []byte {
 func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
 	var b preflight.Binding
 	err := db.View(func(tx *Tx) error {
-		v := tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID))
-		seq, ok := indexSeq(v)
-		if !ok {
-			return ErrNotFound
-		}
-		if len(v) > 8 {
-			rec, err := decodeBindingRecord(preflightID, v[8:])
-			if err != nil {
-				return fmt.Errorf("%w: binding of frame %d: %v", ErrCorrupt, seq, err)
-			}
-			b = rec
-			return nil
-		}
-		a, f, err := tx.preflightFrame(seq)
-		if err != nil {
-			return err
-		}
-		b = preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
-			ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps}
-		return nil
+		var err error
+		b, err = tx.binding(preflightID)
+		return err
 	})
 	return b, err
+}
+
+// binding reads the binding of a preflight still recorded: its compact
+// record or, for an older index entry, its frame; ErrNotFound once
+// compaction removed it (or it never was).
+func (tx *Tx) binding(preflightID string) (preflight.Binding, error) {
+	v := tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID))
+	seq, ok := indexSeq(v)
+	if !ok {
+		return preflight.Binding{}, ErrNotFound
+	}
+	if len(v) > 8 {
+		rec, err := decodeBindingRecord(preflightID, v[8:])
+		if err != nil {
+			return preflight.Binding{}, fmt.Errorf("%w: binding of frame %d: %v", ErrCorrupt, seq, err)
+		}
+		return rec, nil
+	}
+	a, f, err := tx.preflightFrame(seq)
+	if err != nil {
+		return preflight.Binding{}, err
+	}
+	return preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
+		ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps}, nil
 }
 
 // Decision returns the decision JSON of a preflight id exactly as it was

@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-
-	"github.com/contractrefine/autonomy/preflight"
 )
 
 // VerifyReport is the result of Verify.
@@ -118,13 +117,14 @@ func (tx *Tx) checkConsumedFrame(f Frame) string {
 	if err := json.Unmarshal(f.Attrs, &a); err != nil || a.PreflightID == "" {
 		return fmt.Sprintf("consumed frame attrs do not name a preflight: %s", f.Attrs)
 	}
-	steps, recorded, err := tx.recordedSteps(a.PreflightID)
+	b, err := tx.binding(a.PreflightID)
 	switch {
+	case errors.Is(err, ErrNotFound):
+		return "" // compacted together with its markers: nothing to check
 	case err != nil:
 		return fmt.Sprintf("the binding of %s cannot be read: %v", a.PreflightID, err)
-	case !recorded:
-		return ""
 	}
+	steps := b.Steps
 	// Step ids are unique in any plan the service passes, but the wal API
 	// takes any binding: the frame names its step by id only, so any step
 	// with that id whose marker is this frame's will do.
@@ -173,32 +173,15 @@ func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 		if f.Kind != KindConsumed || json.Unmarshal(f.Attrs, &a) != nil || a.PreflightID != id || a.RequestID != m.RequestID {
 			return bad("differs from the frame it names")
 		}
-		steps, recorded, err := tx.recordedSteps(id)
-		if err != nil {
+		b, err := tx.binding(id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return bad("its binding cannot be read: " + err.Error())
 		}
-		if recorded && (step >= len(steps) || steps[step].ID != a.StepID) {
+		if err == nil && (step >= len(b.Steps) || b.Steps[step].ID != a.StepID) {
 			return bad("names another step than the frame it names")
 		}
 	}
 	return nil
-}
-
-// recordedSteps returns the steps of a preflight still recorded, from its
-// compact binding record or, for an older index entry, its frame; recorded
-// is false once compaction removed it.
-func (tx *Tx) recordedSteps(id string) (steps []preflight.BoundStep, recorded bool, err error) {
-	v := tx.btx.Bucket(bucketPreflights).Get([]byte(id))
-	seq, ok := indexSeq(v)
-	if !ok {
-		return nil, false, nil
-	}
-	if len(v) > 8 {
-		rec, err := decodeBindingRecord(id, v[8:])
-		return rec.Steps, true, err
-	}
-	a, _, err := tx.preflightFrame(seq)
-	return a.Steps, true, err
 }
 
 // verifyBindings checks every compact binding record in the preflights
