@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/contractrefine/autonomy/internal/server"
 	"gopkg.in/yaml.v3"
 )
 
@@ -78,8 +80,9 @@ type deployment struct {
 					RunAsNonRoot bool `yaml:"runAsNonRoot"`
 					RunAsUser    int  `yaml:"runAsUser"`
 				} `yaml:"securityContext"`
-				Containers []k8sContainer `yaml:"containers"`
-				Volumes    []k8sVolume    `yaml:"volumes"`
+				TerminationGracePeriodSeconds int            `yaml:"terminationGracePeriodSeconds"`
+				Containers                    []k8sContainer `yaml:"containers"`
+				Volumes                       []k8sVolume    `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
@@ -96,7 +99,14 @@ type k8sContainer struct {
 	} `yaml:"ports"`
 	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
 	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
-	Env            []struct {
+	Lifecycle      struct {
+		PreStop struct {
+			Sleep *struct {
+				Seconds int `yaml:"seconds"`
+			} `yaml:"sleep"`
+		} `yaml:"preStop"`
+	} `yaml:"lifecycle"`
+	Env []struct {
 		Name  string `yaml:"name"`
 		Value string `yaml:"value"`
 	} `yaml:"env"`
@@ -124,7 +134,6 @@ type k8sProbe struct {
 	} `yaml:"tcpSocket"`
 }
 
-// target is what the probe asks: the URL or path it checks, or the port.
 // binaryBytes reads a quantity in binary units as both Kubernetes (256Mi)
 // and, less its B, the Go runtime (230MiB) write it.
 func binaryBytes(q string) (int64, error) {
@@ -137,6 +146,7 @@ func binaryBytes(q string) (int64, error) {
 	return strconv.ParseInt(q, 10, 64)
 }
 
+// target is what the probe asks: the URL or path it checks, or the port.
 func (p *k8sProbe) target() string {
 	switch {
 	case p == nil:
@@ -349,6 +359,29 @@ func TestPodLayout(t *testing.T) {
 			return
 		}
 		t.Error("autonomy sets no GOMEMLIMIT")
+	})
+
+	t.Run("shutdown order", func(t *testing.T) {
+		// Envoy is the way in: it must stop taking calls before the
+		// service and the runtime stop answering the ones it forwards, and
+		// the grace period must let the service drain after its sleep.
+		sleep := map[string]int{}
+		for name, c := range containers {
+			if c.Lifecycle.PreStop.Sleep == nil {
+				t.Errorf("%s has no preStop sleep", name)
+				continue
+			}
+			sleep[name] = c.Lifecycle.PreStop.Sleep.Seconds
+		}
+		for _, behind := range []string{"autonomy", "toolruntime"} {
+			if sleep["envoy"] <= 0 || sleep[behind] <= sleep["envoy"] {
+				t.Errorf("preStop sleeps: envoy %d s, %s %d s; want envoy's positive and shorter", sleep["envoy"], behind, sleep[behind])
+			}
+		}
+		drain := int(server.ShutdownTimeout / time.Second)
+		if grace := pod.TerminationGracePeriodSeconds; grace < sleep["autonomy"]+drain {
+			t.Errorf("terminationGracePeriodSeconds %d, want at least the service's preStop sleep %d s + its %d s drain", grace, sleep["autonomy"], drain)
+		}
 	})
 
 	t.Run("non-root", func(t *testing.T) {
