@@ -201,6 +201,12 @@ type Request struct {
 	Principal string
 }
 
+// errNoRequestLine is the refusal of a check that names no method or no
+// path: it describes no request the gate can judge (Envoy's network-level
+// ext_authz filter sends such checks), so it is not taken for an ungated
+// one.
+var errNoRequestLine = errors.New("binding: the check names no method or path")
+
 // errLineConflict is the refusal of a check whose own line is a gated call
 // that its forwarded headers describe as another request.
 var errLineConflict = errors.New("binding: the check's own line is a gated call and its forwarded headers name another request")
@@ -344,6 +350,9 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		// as the tool call it may be, and refuse it as unreadable.
 		c.gated = true
 		c.contract, c.errDetail = reasonMalformedCall, r.OriginErr
+	} else if r.Method == "" || r.Path == "" {
+		c.gated = true
+		c.contract, c.errDetail = reasonMalformedCall, errNoRequestLine
 	} else if g.lineConflict(r) {
 		c.gated = true
 		c.contract, c.errDetail = reasonMalformedCall, errLineConflict
@@ -474,8 +483,12 @@ func (g *Gate) auditID(c *call) string {
 // ;parameters (servlet containers route /v1/tool;a=b as /v1/tool) or the
 // last segment's .suffix (suffix pattern matching routes /v1/tool.json
 // there), and the path of an absolute or scheme-relative target
-// (http://x/v1/tool, //x/v1/tool). A path that does not decode is checked
-// too.
+// (http://x/v1/tool, //x/v1/tool). Also compared: the path decoded again
+// while it still decodes to something else (a runtime that unescapes what
+// its proxy already unescaped: /v1/%2574ool), with backslashes read as
+// slashes (Windows hosts and some routers: /v1\tool), and without
+// trailing white space and dots (routers and file systems that trim them:
+// /v1/tool%20). A path that does not decode is checked too.
 func (g *Gate) gatesPath(p string) bool {
 	p = pathOnly(p)
 	if p == g.o.Path {
@@ -492,16 +505,34 @@ func (g *Gate) gatesPath(p string) bool {
 		if err != nil {
 			return true
 		}
-		if i := strings.IndexAny(decoded, "\x00?#"); i >= 0 {
-			decoded = decoded[:i]
-		}
-		clean := path.Clean("/" + withoutParams(decoded))
-		if strings.EqualFold(path.Clean("/"+decoded), g.routedPath) || strings.EqualFold(clean, g.routedPath) ||
-			strings.EqualFold(withoutSuffix(clean), g.routedPath) {
-			return true
+		for range maxDecodes {
+			if g.routesDecoded(decoded) {
+				return true
+			}
+			again, err := url.PathUnescape(decoded)
+			if err != nil || again == decoded {
+				break
+			}
+			decoded = again
 		}
 	}
 	return false
+}
+
+// maxDecodes bounds how many times gatesPath unescapes a path: once for
+// the proxy in front of the gate and twice more for what is behind it.
+const maxDecodes = 3
+
+// routesDecoded reports whether the unescaped path decoded is the gate
+// path in one of the readings gatesPath lists.
+func (g *Gate) routesDecoded(decoded string) bool {
+	if i := strings.IndexAny(decoded, "\x00?#"); i >= 0 {
+		decoded = decoded[:i]
+	}
+	decoded = strings.TrimRight(strings.ReplaceAll(decoded, `\`, "/"), " \t\r\n\v\f.")
+	clean := path.Clean("/" + withoutParams(decoded))
+	return strings.EqualFold(path.Clean("/"+decoded), g.routedPath) || strings.EqualFold(clean, g.routedPath) ||
+		strings.EqualFold(withoutSuffix(clean), g.routedPath)
 }
 
 // withoutSuffix drops the .suffix of p's last segment.
@@ -534,13 +565,21 @@ var methodOverrides = []string{"x-http-method-override", "x-http-method", "x-met
 // Methods are case-sensitive (RFC 9110 §9.1), but some frameworks
 // upper-case them (Werkzeug does), and some take the method from an
 // override header, so "post" and a GET overridden to POST are POSTs here.
+// An override naming several methods (a repeated header, joined) is a
+// POST when any of them is: frameworks differ on which one they take.
 func isPost(method string, headers map[string]string) bool {
-	if strings.EqualFold(method, http.MethodPost) {
+	if strings.EqualFold(strings.TrimSpace(method), http.MethodPost) {
 		return true
 	}
 	for _, h := range methodOverrides {
-		if v, ok := headers[h]; ok && strings.EqualFold(strings.TrimSpace(v), http.MethodPost) {
-			return true
+		v, ok := headers[h]
+		if !ok {
+			continue
+		}
+		for m := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(m), http.MethodPost) {
+				return true
+			}
 		}
 	}
 	return false

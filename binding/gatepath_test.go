@@ -23,6 +23,18 @@ func TestGatesPath(t *testing.T) {
 		"/v1/tool%3Fx=1":         true,
 		"/v1/tool.json":          true,
 		"/v1/tool;a=b.json":      true,
+		`/v1\tool`:               true, // backslash read as a slash
+		`/v1/tool\`:              true,
+		"/v1%5Ctool":             true,
+		"/v1/%2574ool":           true, // decoded twice
+		"/v1/%252574ool":         true, // three times
+		"/v1/tool%20":            true, // trailing white space and dots trimmed
+		"/v1/tool%09":            true,
+		"/v1/tool..":             true,
+		"/v1/tool.%20":           true,
+		"/v1/%25252574ool":       false, // four times: past maxDecodes
+		"/v1/tools%20":           false,
+		"/v1/to%20ol":            false,
 		"/v1/tools.json":         false,
 		"/v1/.tool":              false,
 		"/v1/toolbox":            false,

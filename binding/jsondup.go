@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
@@ -19,6 +20,9 @@ var (
 	// errMisspelt: a member stands where the kind or args pointer names
 	// another spelling of it.
 	errMisspelt = errors.New("binding: member name spelt otherwise than the gate's pointer")
+	// errNULName: a member name holds a NUL, which a runtime reading
+	// names as C strings cuts short ("kind\u0000x" read as "kind").
+	errNULName = errors.New("binding: member name holds a NUL")
 )
 
 // checkUniqueKeys returns an error when some object in the JSON text b
@@ -169,7 +173,8 @@ func membersHeld(v any) int {
 // of tool.shell while the gate, reading names exactly, would judge
 // tool.echo. A number beyond the double's range (1e400) wraps
 // canon.ErrNumber: it has no canonical form to digest or record, and
-// runtimes read it as infinity, as an error or exactly.
+// runtimes read it as infinity, as an error or exactly. A member name
+// holding a NUL wraps errNULName.
 func checkValues(v any) error {
 	switch t := v.(type) {
 	case map[string]any:
@@ -178,7 +183,10 @@ func checkValues(v any) error {
 				return err
 			}
 		}
-		for _, e := range t {
+		for k, e := range t {
+			if strings.IndexByte(k, 0) >= 0 {
+				return fmt.Errorf("%w: %q", errNULName, k)
+			}
 			if err := checkValues(e); err != nil {
 				return err
 			}

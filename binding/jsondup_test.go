@@ -169,6 +169,14 @@ func TestCheckValues(t *testing.T) {
 			}
 		})
 	}
+	for _, doc := range []any{
+		map[string]any{"kind\x00x": "tool.shell", "kind": "tool.echo"},
+		map[string]any{"args": []any{map[string]any{"\x00": 1}}},
+	} {
+		if err := checkValues(doc); !errors.Is(err, errNULName) {
+			t.Errorf("checkValues(%q) = %v, want errNULName", doc, err)
+		}
+	}
 	for _, n := range []string{"1e400", "-1E309", "123e999999"} {
 		doc := map[string]any{"args": map[string]any{"a": []any{1, json.Number(n)}}}
 		if err := checkValues(doc); !errors.Is(err, canon.ErrNumber) {

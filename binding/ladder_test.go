@@ -331,6 +331,44 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		"an override listing POST among others is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x-http-method-override": "GET, POST"})
+				r.Method = http.MethodGet
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		"POST with white space around it is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Method = " POST "
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		// A runtime reading member names as C strings finds "kind" twice.
+		"a NUL in a member name": {
+			call: func(e *env) *binding.Request {
+				r := echoCall(echo(e).PreflightID)
+				r.Body = []byte(`{"kind\u0000x":"tool.shell","kind":"tool.echo","args":{}}`)
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		// Envoy's network-level ext_authz sends no HTTP request: nothing
+		// to judge is not an ungated call.
+		"no method or path": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Method, r.Path, r.Body = "", "", nil
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
+		"no path": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Path = ""
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"GET is not gated": {
 			call: func(e *env) *binding.Request {
 				r := echoCall(echo(e).PreflightID)

@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -96,12 +97,8 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 		}
 		r.Headers[k] = v
 	}
-	if r.Path == "" {
-		r.Path = r.Headers[":path"]
-	}
-	if r.Method == "" {
-		r.Method = r.Headers[":method"]
-	}
+	r.Path, r.OriginErr = pseudoHeader(r.Path, r.Headers[":path"], r.OriginErr)
+	r.Method, r.OriginErr = pseudoHeader(r.Method, r.Headers[":method"], r.OriginErr)
 	if _, ok := r.Headers[binding.HeaderRequestID]; !ok && h.GetId() != "" {
 		r.Headers[binding.HeaderRequestID] = h.GetId()
 	}
@@ -111,6 +108,25 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 		r.Body = []byte(b)
 	}
 	return r
+}
+
+// errPseudoConflict is the refusal of a CheckRequest whose method or path
+// field names another value than its :method or :path header. Envoy sets
+// both from the same request; a check that says two things is refused as
+// the tool call it may be rather than judged on one of them.
+var errPseudoConflict = errors.New("extauthz: the CheckRequest's method or path differs from its :method or :path header")
+
+// pseudoHeader is a request attribute given as both a field and a pseudo
+// header: the field, or the header when the field is empty. When both are
+// set and differ, err becomes errPseudoConflict (an earlier err stays).
+func pseudoHeader(field, header string, err error) (string, error) {
+	switch {
+	case field == "":
+		return header, err
+	case header != "" && header != field && err == nil:
+		return field, errPseudoConflict
+	}
+	return field, err
 }
 
 // ResponseFor translates a decision into Envoy's CheckResponse (SPEC §5.5).

@@ -230,6 +230,51 @@ func TestGRPCDenies(t *testing.T) {
 	wantAllowed(t, resp, metadata(resp)["audit_id"].(string), "advisory", preflight.ReasonPreflightRequired, preflight.ReasonPreflightRequired)
 }
 
+// TestGRPCDeniesWhatItCannotDescribe: a CheckRequest with no HTTP request
+// in it (the shape Envoy's network-level ext_authz filter sends), and one
+// whose method or path fields name another request than its :method and
+// :path headers, are refused as malformed in every mode, never taken for
+// an ungated call.
+func TestGRPCDeniesWhatItCannotDescribe(t *testing.T) {
+	conflict := func(field, header, value string) *authv3.CheckRequest {
+		req := envoyCheck("tool.shell", map[string]any{"cmd": "ls"}, "", "req-1")
+		h := req.Attributes.Request.Http
+		h.Headers[header] = value
+		if field == "method" {
+			h.Method = "GET"
+		} else {
+			h.Path = "/v1/echo"
+		}
+		return req
+	}
+	cases := map[string]*authv3.CheckRequest{
+		"empty":              {},
+		"no request":         {Attributes: &authv3.AttributeContext{}},
+		"no http":            {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{}}},
+		"method and :method": conflict("method", ":method", "POST"),
+		"path and :path":     conflict("path", ":path", "/v1/tool"),
+		"only :method and :path": {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Headers: map[string]string{":method": "GET", ":path": "/v1/echo", "x-request-id": "req-1"}}}}},
+	}
+	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
+		e := newEnv(t, mode)
+		c := serveGRPC(t, e.gate)
+		for name, req := range cases {
+			t.Run(string(mode)+"/"+name, func(t *testing.T) {
+				resp := check(t, c, req)
+				if name == "only :method and :path" {
+					// Described once, by its headers: an ungated GET.
+					if resp.GetOkResponse() == nil {
+						t.Fatalf("want OK, got %v", resp)
+					}
+					return
+				}
+				wantDenied(t, resp, codes.PermissionDenied, typev3.StatusCode_Forbidden, "gate: malformed_tool_call")
+			})
+		}
+	}
+}
+
 // TestGRPCUnavailable: when the gate cannot decide, Envoy is told
 // PERMISSION_DENIED with a 503 and contract: verifier_unavailable, never OK.
 func TestGRPCUnavailable(t *testing.T) {
