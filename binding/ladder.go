@@ -126,8 +126,9 @@ func (g *Gate) observeCache(hit bool) {
 }
 
 func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
+	digest, _ := c.argsDigest() // a call whose args have no digest repeats nothing
 	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
-		RequestID: c.requestID, Time: now}
+		RequestID: c.requestID, CallDigest: digest, Time: now}
 }
 
 // frame builds the autonomy.decision frame for d. Its attrs are written in

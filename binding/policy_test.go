@@ -177,6 +177,31 @@ func TestRepeatedRequestID(t *testing.T) {
 	}
 }
 
+// TestRepeatNeedsTheSameArgs: a repeat of the consuming request id with
+// other args is another call, so a replay: a client that picks its request
+// id cannot spend one step on many calls. The body's key order and number
+// spelling do not matter (the canonical digest), and the answer is the
+// same from the cache and from the store after a restart.
+func TestRepeatNeedsTheSameArgs(t *testing.T) {
+	e := newEnv(t, loadTestBundle(t), binding.ModeEnforce)
+	pf := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi", "n": 1}))
+	call := toolCall("tool.echo", map[string]any{"msg": "hi", "n": 1}, withID(pf.PreflightID, "req-A"))
+	if d := e.check(call); !d.Allowed || d.StepID != "s1" {
+		t.Fatalf("first: %+v", d)
+	}
+	same := toolCall("tool.echo", nil, withID(pf.PreflightID, "req-A"))
+	same.Body = []byte(`{"args":{"n":1.0,"msg":"hi"},"kind":"tool.echo"}`)
+	other := toolCall("tool.echo", map[string]any{"msg": "rm -rf /", "n": 1}, withID(pf.PreflightID, "req-A"))
+	for _, g := range []*binding.Gate{e.gate, binding.New(e.opts)} { // warm cache, then a cold one
+		if d := g.Check(context.Background(), same); !d.Allowed || d.StepID != "s1" {
+			t.Fatalf("repeat with the same args: %+v", d)
+		}
+		if d := g.Check(context.Background(), other); d.Allowed || d.Reason != preflight.ReasonReplay {
+			t.Fatalf("repeat with other args: %+v", d)
+		}
+	}
+}
+
 // TestNoRequestIDIsNotARepeat: two requests without x-request-id are two
 // requests, not one repeated.
 func TestNoRequestIDIsNotARepeat(t *testing.T) {

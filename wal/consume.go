@@ -55,7 +55,13 @@ type ConsumeRequest struct {
 	ArgsDigest string
 	// RequestID is the gated request's x-request-id ("" when absent).
 	RequestID string
-	Time      time.Time
+	// CallDigest is the canonical digest of the call's args, recorded with
+	// the marker. A later consume with the same RequestID repeats the
+	// allow only with the same digest: Envoy retrying a request sends the
+	// same body, and a client able to pick its request id must not spend
+	// one step on many different calls.
+	CallDigest string
+	Time       time.Time
 	// Decision, when set, builds the autonomy.decision frame appended in the
 	// same transaction as the consume.
 	Decision func(ConsumeResult) FrameInput
@@ -78,6 +84,15 @@ type consumedRecord struct {
 	RequestID string `json:"request_id"`
 	Seq       uint64 `json:"seq"`
 	At        string `json:"at"`
+	// ArgsDigest is the consuming call's ConsumeRequest.CallDigest; markers
+	// written before it was recorded have none and repeat on the request
+	// id alone.
+	ArgsDigest string `json:"args_digest,omitempty"`
+}
+
+// repeats reports whether r repeats the call that wrote rec.
+func (rec *consumedRecord) repeats(r *ConsumeRequest) bool {
+	return rec.RequestID == r.RequestID && (rec.ArgsDigest == "" || rec.ArgsDigest == r.CallDigest)
 }
 
 func consumedKey(preflightID string, step int) []byte {
@@ -122,7 +137,7 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return ConsumeResult{}, ErrCorrupt
 			}
-			if rec.RequestID == r.RequestID {
+			if rec.repeats(r) {
 				return ConsumeResult{Status: Repeated, StepID: s.ID, StepIndex: i}, nil
 			}
 		}
@@ -170,13 +185,16 @@ func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
 		return res, err
 	}
 	if res.Status == Consumed {
-		f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time,
-			Attrs: map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
-				"tool_kind": r.Kind, "request_id": r.RequestID}})
+		attrs := map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
+			"tool_kind": r.Kind, "request_id": r.RequestID}
+		if r.CallDigest != "" {
+			attrs["args_digest"] = r.CallDigest
+		}
+		f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time, Attrs: attrs})
 		if err != nil {
 			return res, err
 		}
-		v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp})
+		v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp, ArgsDigest: r.CallDigest})
 		if err := tx.btx.Bucket(bucketConsumed).Put(consumedKey(r.Binding.PreflightID, res.StepIndex), v); err != nil {
 			return res, err
 		}

@@ -11,7 +11,8 @@
 //	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE),
 //	             then the compact binding record (below)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
-//	             value: JSON {"request_id","seq","at"} of the autonomy.preflight_consumed frame
+//	             value: JSON {"request_id","seq","at","args_digest"} of the autonomy.preflight_consumed frame
+//	             (args_digest: the consuming call's; absent in markers written before it was kept)
 //	sessions     key: session key, the JSON array ["<actor id>","<session_id>","<plan_hash>"]
 //	             (["<session_id>","<plan_hash>"] for sessions counted before the actor
 //	             was part of it; compaction reads the key from the frame's session_key)

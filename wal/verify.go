@@ -100,6 +100,13 @@ type consumedAttrs struct {
 	PreflightID string `json:"preflight_id"`
 	StepID      string `json:"step_id"`
 	RequestID   string `json:"request_id"`
+	ArgsDigest  string `json:"args_digest"`
+}
+
+// names reports whether marker m is the one consumed frame a wrote (seq
+// aside): the same request and args digest.
+func (a *consumedAttrs) names(m *consumedRecord) bool {
+	return a.RequestID == m.RequestID && a.ArgsDigest == m.ArgsDigest
 }
 
 // The consumed markers are what the gate reads to refuse a replay, so they
@@ -138,7 +145,7 @@ func (tx *Tx) checkConsumedFrame(f Frame) string {
 		switch {
 		case v == nil:
 			problem = fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
-		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || m.RequestID != a.RequestID:
+		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || !a.names(&m):
 			problem = fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
 		default:
 			return ""
@@ -170,7 +177,7 @@ func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 			return bad("names no frame in the log")
 		}
 		var a consumedAttrs
-		if f.Kind != KindConsumed || json.Unmarshal(f.Attrs, &a) != nil || a.PreflightID != id || a.RequestID != m.RequestID {
+		if f.Kind != KindConsumed || json.Unmarshal(f.Attrs, &a) != nil || a.PreflightID != id || !a.names(&m) {
 			return bad("differs from the frame it names")
 		}
 		b, err := tx.binding(id)

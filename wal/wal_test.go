@@ -152,6 +152,10 @@ func TestConsumeStatuses(t *testing.T) {
 		"replay":                    {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r2"}, status: Replay},
 		"replay without request id": {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a"}}, req: ConsumeRequest{Kind: "a"}, status: Replay},
 		"same request id repeats":   {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1"}, status: Repeated, stepID: "s1"},
+		"repeat with the same call": {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1", CallDigest: "sha256:x"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1", CallDigest: "sha256:x"}, status: Repeated, stepID: "s1"},
+		"repeat with another call":  {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1", CallDigest: "sha256:x"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1", CallDigest: "sha256:y"}, status: Replay},
+		"another call, a step left": {kinds: []string{"a", "a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1", CallDigest: "sha256:x"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1", CallDigest: "sha256:y"}, status: Consumed, stepID: "s2"},
+		"marker without a digest":   {kinds: []string{"a"}, prior: []ConsumeRequest{{Kind: "a", RequestID: "r1"}}, req: ConsumeRequest{Kind: "a", RequestID: "r1", CallDigest: "sha256:y"}, status: Repeated, stepID: "s1"},
 		"digest matches":            {kinds: []string{"a"}, req: ConsumeRequest{Kind: "a", ArgsDigest: "sha256:a"}, status: Consumed, stepID: "s1"},
 		"digest differs":            {kinds: []string{"a"}, req: ConsumeRequest{Kind: "a", ArgsDigest: "sha256:other"}, status: Mismatch},
 	}
@@ -459,7 +463,7 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 		if _, err := db.RecordPreflight(ctx, PreflightRecord{Binding: b, Decision: json.RawMessage(`{}`), Time: t0}); err != nil {
 			t.Fatal(err)
 		}
-		res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.echo", RequestID: "req-1", Time: t0})
+		res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: "tool.echo", RequestID: "req-1", CallDigest: "sha256:aaaa", Time: t0})
 		if err != nil || res.Status != Consumed {
 			t.Fatalf("consume: %+v, %v", res, err)
 		}
@@ -481,6 +485,13 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 		"marker deleted": func(b *bolt.Bucket, k []byte) error { return b.Delete(k) },
 		"marker names another request": func(b *bolt.Bucket, k []byte) error {
 			return b.Put(k, bytes.Replace(b.Get(k), []byte("req-1"), []byte("req-9"), 1))
+		},
+		// A repeat of req-1 with these args would then be allowed.
+		"marker names other args": func(b *bolt.Bucket, k []byte) error {
+			return b.Put(k, bytes.Replace(b.Get(k), []byte("sha256:aaaa"), []byte("sha256:bbbb"), 1))
+		},
+		"marker names no args": func(b *bolt.Bucket, k []byte) error {
+			return b.Put(k, bytes.Replace(b.Get(k), []byte(`,"args_digest":"sha256:aaaa"`), nil, 1))
 		},
 		"marker on another step": func(b *bolt.Bucket, k []byte) error {
 			v := bytes.Clone(b.Get(k))
