@@ -48,8 +48,11 @@ func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
 	w.Write(d.DenyBody())
 }
 
+// ErrBodyTooLarge is the BodyErr of a request whose body is over the limit
+// RequestFromHTTP was given.
+var ErrBodyTooLarge = errors.New("extauthz: request body over the limit")
+
 var (
-	errBodyTooLarge   = errors.New("extauthz: request body over the limit")
 	errOriginConflict = errors.New("extauthz: X-Forwarded-Method/-Uri and X-Original-Method/-URI name different requests")
 )
 
@@ -114,7 +117,7 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	if r.ContentLength > maxBody {
 		// Refused before reading: a proxy waiting on Expect: 100-continue
 		// gets the deny at once.
-		req.BodyErr = errBodyTooLarge
+		req.BodyErr = ErrBodyTooLarge
 		return req
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
@@ -122,7 +125,7 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	case err != nil:
 		req.BodyErr = err
 	case int64(len(body)) > maxBody:
-		req.BodyErr = errBodyTooLarge
+		req.BodyErr = ErrBodyTooLarge
 	default:
 		req.Body = body
 	}

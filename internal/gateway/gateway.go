@@ -56,6 +56,9 @@ type Options struct {
 	// (gateway.trusted_proxies). From any other peer it is removed.
 	TrustedProxies []netip.Prefix
 	Logger         *slog.Logger
+	// OnError, when set, is told the code of each error the gateway
+	// answers itself (the service counts them in autonomy_errors_total).
+	OnError func(code string)
 	// Transport, when set, replaces the proxy's transport (tests).
 	Transport http.RoundTripper
 }
@@ -91,18 +94,28 @@ func New(o Options) *Gateway {
 			if o.Logger != nil {
 				o.Logger.Error("gateway upstream failed", "err", err, "path", r.URL.Path)
 			}
-			writeError(w, http.StatusBadGateway, "upstream-unavailable", "gateway: upstream_unavailable")
+			g.writeError(w, http.StatusBadGateway, CodeUpstreamUnavailable, "gateway: upstream_unavailable")
 		},
 	}
 	return g
 }
+
+// The codes of the errors the gateway answers itself. The body is the
+// deny body's shape: {"error":{"code","reason"}}.
+const (
+	CodeUpstreamUnavailable = "upstream-unavailable" // 502: the upstream failed after an allow
+	CodePathRejected        = "path-rejected"        // 400: an escaped slash or a backslash
+	CodeUpgradeRefused      = "upgrade-refused"      // 400: a protocol upgrade
+	CodeRequestTooLarge     = "request-too-large"    // 413: an allowed request's body over MaxBodyBytes
+	CodeBodyUnreadable      = "body-unreadable"      // 400: an allowed request's body could not be read whole
+)
 
 // ServeHTTP checks the request and forwards it when allowed. The body is
 // read once for the check (up to MaxBodyBytes) and replayed to the
 // upstream; the response streams back.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := normalizePath(r.URL); err != nil {
-		writeError(w, http.StatusBadRequest, "path-rejected", "gateway: escaped_slash")
+		g.writeError(w, http.StatusBadRequest, CodePathRejected, "gateway: escaped_slash")
 		return
 	}
 	if g.o.API != nil && isAPIPath(r.URL.Path) {
@@ -112,7 +125,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A protocol upgrade would turn the connection into a tunnel whose
 	// later requests reach the upstream unchecked.
 	if r.Header.Get("Upgrade") != "" {
-		writeError(w, http.StatusBadRequest, "upgrade-refused", "gateway: upgrade_refused")
+		g.writeError(w, http.StatusBadRequest, CodeUpgradeRefused, "gateway: upgrade_refused")
 		return
 	}
 	// The gateway is the proxy: headers only it may set are removed from
@@ -147,6 +160,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !d.Allowed {
 		w.Header().Set(binding.HeaderRequestID, requestID)
 		extauthz.WriteDecision(w, &d)
+		return
+	}
+	if req.BodyErr != nil {
+		// An ungated request whose body was not read whole (over the
+		// limit, or the client stopped sending): what was read is not the
+		// request, and the upstream must not be handed it as if it were.
+		// A gated one was denied above, as unreadable.
+		if errors.Is(req.BodyErr, extauthz.ErrBodyTooLarge) {
+			g.writeError(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "gateway: request_too_large")
+		} else {
+			g.writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "gateway: body_unreadable")
+		}
 		return
 	}
 	for k, v := range d.UpstreamHeaders() {
@@ -234,7 +259,10 @@ func normalizePath(u *url.URL) error {
 	return nil
 }
 
-func writeError(w http.ResponseWriter, status int, code, reason string) {
+func (g *Gateway) writeError(w http.ResponseWriter, status int, code, reason string) {
+	if g.o.OnError != nil {
+		g.o.OnError(code)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write([]byte(`{"error":{"code":"` + code + `","reason":"` + reason + `"}}`))

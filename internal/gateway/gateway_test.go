@@ -273,3 +273,81 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 		}
 	})
 }
+
+// TestGatewayBodyNotReadWhole: an allowed request whose body is over the
+// limit or cannot be read is refused, never forwarded with what was read
+// (an empty or cut body the upstream would take for the request).
+func TestGatewayBodyNotReadWhole(t *testing.T) {
+	var codes codeLog
+	_, gw, seen := newGateway(t, true, func(o *Options) { o.OnError = codes.add })
+	big := strings.Repeat("x", 2<<10) // MaxBodyBytes is 1 KiB
+	resp, body := do(t, http.MethodPut, gw.URL+"/v1/upload", nil, big)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"code":"request-too-large"`) {
+		t.Fatalf("over the limit: %d %s", resp.StatusCode, body)
+	}
+
+	// A client that stops sending: the handler is driven directly, with a
+	// body that fails half way.
+	h := New(Options{Gate: &recordingGate{allow: true}, Upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"},
+		MaxBodyBytes: 1 << 10, OnError: codes.add})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/v1/upload", io.MultiReader(strings.NewReader("part"), failingReader{})))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"body-unreadable"`) {
+		t.Fatalf("body cut off: %d %s", rec.Code, rec.Body.String())
+	}
+	select {
+	case u := <-seen:
+		t.Fatalf("the upstream was handed %q", u.body)
+	default:
+	}
+	codes.want(t, CodeRequestTooLarge, CodeBodyUnreadable)
+}
+
+// codeLog collects the codes OnError is told, from the servers' goroutines.
+type codeLog struct {
+	mu    sync.Mutex
+	codes []string
+}
+
+func (l *codeLog) add(code string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.codes = append(l.codes, code)
+}
+
+func (l *codeLog) want(t *testing.T, codes ...string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if strings.Join(l.codes, ",") != strings.Join(codes, ",") {
+		t.Errorf("OnError told %v, want %v", l.codes, codes)
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+
+// TestGatewayCountsItsErrors: every error the gateway answers itself is
+// reported to OnError by its code.
+func TestGatewayCountsItsErrors(t *testing.T) {
+	var codes codeLog
+	_, gw, _ := newGateway(t, true, func(o *Options) {
+		o.OnError = codes.add
+		o.Upstream = &url.URL{Scheme: "http", Host: "127.0.0.1:1"} // nothing listens
+	})
+	for _, tc := range []struct {
+		path   string
+		header map[string]string
+		status int
+	}{
+		{"/v1%2ftool", nil, http.StatusBadRequest},
+		{"/v1/tool", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest},
+		{"/v1/tool", nil, http.StatusBadGateway},
+	} {
+		if resp, body := do(t, http.MethodPost, gw.URL+tc.path, tc.header, `{"kind":"tool.echo"}`); resp.StatusCode != tc.status {
+			t.Fatalf("%s: %d %s", tc.path, resp.StatusCode, body)
+		}
+	}
+	codes.want(t, CodePathRejected, CodeUpgradeRefused, CodeUpstreamUnavailable)
+}

@@ -3,6 +3,8 @@ package metrics
 import (
 	"sync"
 
+	"github.com/contractrefine/autonomy/internal/access"
+	"github.com/contractrefine/autonomy/internal/gateway"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
 )
@@ -25,12 +27,16 @@ var knownReasons = []string{
 	"policy: allowed", "policy: denied", "gate: malformed_tool_call",
 }
 
-// knownCodes are the error codes the HTTP API and the gate answer with.
+// knownCodes are the error codes the HTTP API, its access check, the gate
+// and the built-in gateway answer with.
 var knownCodes = []string{
 	httpapi.CodeMalformedRequest, httpapi.CodeValidationFailed, httpapi.CodeUnsupportedVersion,
 	httpapi.CodeDeadlineExceeded, httpapi.CodeIdempotencyKeyReused, httpapi.CodeIdempotencyInProgress,
 	httpapi.CodeRequestTooLarge, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
 	httpapi.CodeNotFound, httpapi.CodeUnauthorized, httpapi.CodeMethodNotAllowed,
+	access.CodeRemoteReadsForbidden,
+	gateway.CodeUpstreamUnavailable, gateway.CodePathRejected, gateway.CodeUpgradeRefused,
+	gateway.CodeBodyUnreadable,
 	"verifier_unavailable",
 }
 

@@ -306,7 +306,8 @@ func (s *Server) Run(ctx context.Context) error {
 		// access rules), so its address is the deployment's one front URL.
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
 		gw := gateway.New(gateway.Options{Gate: s.checker, Upstream: up, API: s.Handler(),
-			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log})
+			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
+			OnError: s.obs.metrics.APIError})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
