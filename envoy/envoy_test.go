@@ -417,9 +417,9 @@ func checkRoutes(t *testing.T, c envoyConfig) {
 		if r.GetRoute().GetCluster() != "autonomy_http" {
 			t.Errorf("%s goes to %q, want autonomy_http", prefix, r.GetRoute().GetCluster())
 		}
-		// Envoy connects from loopback: a client-chosen Host of localhost
-		// would make a proxied read look like a local client's, which the
-		// service serves without a token.
+		// Where Envoy connects from loopback (the sidecar), a client-chosen
+		// Host of localhost would make a proxied read look like a local
+		// client's, which the service serves without a token.
 		if h := r.GetRoute().GetHostRewriteLiteral(); h == "" || h == "localhost" || net.ParseIP(h) != nil {
 			t.Errorf("%s keeps the client's Host (host_rewrite_literal %q), want a fixed non-loopback name", prefix, h)
 		}
