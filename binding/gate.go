@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -200,16 +201,6 @@ type Request struct {
 	// Principal is the mTLS peer principal, when there is one.
 	Principal string
 }
-
-// errNoRequestLine is the refusal of a check that names no method or no
-// path: it describes no request the gate can judge (Envoy's network-level
-// ext_authz filter sends such checks), so it is not taken for an ungated
-// one.
-var errNoRequestLine = errors.New("binding: the check names no method or path")
-
-// errLineConflict is the refusal of a check whose own line is a gated call
-// that its forwarded headers describe as another request.
-var errLineConflict = errors.New("binding: the check's own line is a gated call and its forwarded headers name another request")
 
 // lineConflict reports whether r's own line is a gated call that its
 // forwarded headers describe as another request.
@@ -483,10 +474,10 @@ func (g *Gate) auditID(c *call) string {
 // ;parameters (servlet containers route /v1/tool;a=b as /v1/tool) or the
 // last segment's .suffix (suffix pattern matching routes /v1/tool.json
 // there), and the path of an absolute or scheme-relative target
-// (http://x/v1/tool, //x/v1/tool). Also compared: the path decoded again
-// while it still decodes to something else (a runtime that unescapes what
-// its proxy already unescaped: /v1/%2574ool), with backslashes read as
-// slashes (Windows hosts and some routers: /v1\tool), and without
+// (http://x/v1/tool, //x/v1/tool). Also compared: the path decoded again,
+// leniently, while that changes it (a runtime that unescapes what its
+// proxy already unescaped: /v1/%2574ool), with backslashes read as slashes
+// (Windows hosts and some routers: /v1\tool), and the cleaned path without
 // trailing white space and dots (routers and file systems that trim them:
 // /v1/tool%20). A path that does not decode is checked too.
 func (g *Gate) gatesPath(p string) bool {
@@ -509,8 +500,8 @@ func (g *Gate) gatesPath(p string) bool {
 			if g.routesDecoded(decoded) {
 				return true
 			}
-			again, err := url.PathUnescape(decoded)
-			if err != nil || again == decoded {
+			again := unescapeLenient(decoded)
+			if again == decoded {
 				break
 			}
 			decoded = again
@@ -529,10 +520,36 @@ func (g *Gate) routesDecoded(decoded string) bool {
 	if i := strings.IndexAny(decoded, "\x00?#"); i >= 0 {
 		decoded = decoded[:i]
 	}
-	decoded = strings.TrimRight(strings.ReplaceAll(decoded, `\`, "/"), " \t\r\n\v\f.")
+	decoded = strings.ReplaceAll(decoded, `\`, "/")
 	clean := path.Clean("/" + withoutParams(decoded))
-	return strings.EqualFold(path.Clean("/"+decoded), g.routedPath) || strings.EqualFold(clean, g.routedPath) ||
-		strings.EqualFold(withoutSuffix(clean), g.routedPath)
+	for _, p := range [...]string{path.Clean("/" + decoded), clean, withoutSuffix(clean),
+		path.Clean("/" + strings.TrimRight(clean, " \t\r\n\v\f."))} {
+		if strings.EqualFold(p, g.routedPath) {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeLenient decodes each valid %XX escape in s and keeps any other
+// %, as lenient decoders do: a runtime that unescapes a path again need
+// not refuse what url.PathUnescape refuses (/v1/%2574ool;%25zz).
+func unescapeLenient(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }
 
 // withoutSuffix drops the .suffix of p's last segment.
@@ -591,8 +608,6 @@ func pathOnly(p string) string {
 	}
 	return p
 }
-
-var errNoKind = errors.New("no tool kind in the request")
 
 // readCall takes the tool kind and args from the JSON body, or the kind from
 // the configured header when the request has no body.

@@ -32,6 +32,12 @@ func TestGatesPath(t *testing.T) {
 		"/v1/tool%09":            true,
 		"/v1/tool..":             true,
 		"/v1/tool.%20":           true,
+		"/v1/%2574ool;%25zz":     true, // the second decode, lenient, keeps %zz
+		"/v1/tool/x/..":          true,
+		"/v1/tool/x/%2E%2E":      true,
+		`/v1/tool\x\..`:          true,
+		"/v1/tool/..":            false, // that is /v1
+		"/search/100%25":         false,
 		"/v1/%25252574ool":       false, // four times: past maxDecodes
 		"/v1/tools%20":           false,
 		"/v1/to%20ol":            false,

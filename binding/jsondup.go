@@ -12,19 +12,6 @@ import (
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
-// Errors wrapped by the refusal of an ambiguous gated body.
-var (
-	// errDuplicateKey: one object names a member twice, or two members
-	// that differ only in case.
-	errDuplicateKey = errors.New("binding: duplicate member name")
-	// errMisspelt: a member stands where the kind or args pointer names
-	// another spelling of it.
-	errMisspelt = errors.New("binding: member name spelt otherwise than the gate's pointer")
-	// errNULName: a member name holds a NUL, which a runtime reading
-	// names as C strings cuts short ("kind\u0000x" read as "kind").
-	errNULName = errors.New("binding: member name holds a NUL")
-)
-
 // checkUniqueKeys returns an error when some object in the JSON text b
 // names a member twice. Parsers disagree on which copy wins: encoding/json
 // and most others keep the last, some keep the first. The gate must judge

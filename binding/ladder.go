@@ -42,12 +42,14 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		return
 	}
 	capability, _ := gov.Capability(c.kind)
+	// Every consume records the call's digest (a repeat must match it), so
+	// args without one bind nothing.
+	d, err := c.argsDigest()
+	if err != nil || (capability.BindArguments && c.noBody) { // no body: the args are unknown, not {}
+		c.contract = preflight.ReasonBindingMismatch
+		return
+	}
 	if capability.BindArguments {
-		d, err := c.argsDigest()
-		if err != nil || c.noBody { // no body: the args are unknown, not {}
-			c.contract = preflight.ReasonBindingMismatch
-			return
-		}
 		c.digest = d
 	}
 	r := g.consumeRequest(c, now)
@@ -126,7 +128,7 @@ func (g *Gate) observeCache(hit bool) {
 }
 
 func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
-	digest, _ := c.argsDigest() // a call whose args have no digest repeats nothing
+	digest, _ := c.argsDigest() // the ladder refused args without a digest
 	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
 		RequestID: c.requestID, CallDigest: digest, Time: now}
 }

@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -110,20 +109,17 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 	return r
 }
 
-// errPseudoConflict is the refusal of a CheckRequest whose method or path
-// field names another value than its :method or :path header. Envoy sets
-// both from the same request; a check that says two things is refused as
-// the tool call it may be rather than judged on one of them.
-var errPseudoConflict = errors.New("extauthz: the CheckRequest's method or path differs from its :method or :path header")
-
 // pseudoHeader is a request attribute given as both a field and a pseudo
 // header: the field, or the header when the field is empty. When both are
 // set and differ, err becomes errPseudoConflict (an earlier err stays).
+// Envoy writes the fields with what is not UTF-8 replaced by '!', while
+// header_map's raw_value keeps the bytes: a header that is not UTF-8 is
+// not compared.
 func pseudoHeader(field, header string, err error) (string, error) {
 	switch {
 	case field == "":
 		return header, err
-	case header != "" && header != field && err == nil:
+	case header != "" && err == nil && header != field && utf8.ValidString(header):
 		return field, errPseudoConflict
 	}
 	return field, err

@@ -255,6 +255,13 @@ func TestGRPCDeniesWhatItCannotDescribe(t *testing.T) {
 		"path and :path":     conflict("path", ":path", "/v1/tool"),
 		"only :method and :path": {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Headers: map[string]string{":method": "GET", ":path": "/v1/echo", "x-request-id": "req-1"}}}}},
+		// Envoy puts '!' for bytes that are not UTF-8 in the path field,
+		// and header_map's raw_value keeps them: one request, not two.
+		"raw :path not UTF-8": {Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "GET", Path: "/v1/echo?q=!",
+			HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: ":method", RawValue: []byte("GET")}, {Key: ":path", RawValue: []byte("/v1/echo?q=\xff")},
+				{Key: "x-request-id", RawValue: []byte("req-1")}}}}}}},
 	}
 	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
 		e := newEnv(t, mode)
@@ -262,8 +269,8 @@ func TestGRPCDeniesWhatItCannotDescribe(t *testing.T) {
 		for name, req := range cases {
 			t.Run(string(mode)+"/"+name, func(t *testing.T) {
 				resp := check(t, c, req)
-				if name == "only :method and :path" {
-					// Described once, by its headers: an ungated GET.
+				if name == "only :method and :path" || name == "raw :path not UTF-8" {
+					// Described once: an ungated GET.
 					if resp.GetOkResponse() == nil {
 						t.Fatalf("want OK, got %v", resp)
 					}

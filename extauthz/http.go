@@ -48,11 +48,17 @@ func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
 	w.Write(d.DenyBody())
 }
 
-// ErrBodyTooLarge is the BodyErr of a request whose body is over the limit
-// RequestFromHTTP was given.
-var ErrBodyTooLarge = errors.New("extauthz: request body over the limit")
-
 var (
+	// ErrBodyTooLarge is the BodyErr of a request whose body is over the
+	// limit RequestFromHTTP was given.
+	ErrBodyTooLarge = errors.New("extauthz: request body over the limit")
+	// errPseudoConflict: a CheckRequest's method or path field names another
+	// value than its :method or :path header. Envoy sets both from the same
+	// request; a check that says two things is refused as the tool call it
+	// may be rather than judged on one of them.
+	errPseudoConflict = errors.New("extauthz: the CheckRequest's method or path differs from its :method or :path header")
+	// errOriginConflict: a forward-auth check carries both header pairs
+	// and they name different requests.
 	errOriginConflict = errors.New("extauthz: X-Forwarded-Method/-Uri and X-Original-Method/-URI name different requests")
 )
 

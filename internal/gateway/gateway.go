@@ -17,6 +17,7 @@ import (
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/internal/httpapi"
 )
 
 // The service's own API under the gateway (Options.API): the routes the
@@ -100,13 +101,13 @@ func New(o Options) *Gateway {
 	return g
 }
 
-// The codes of the errors the gateway answers itself. The body is the
-// deny body's shape: {"error":{"code","reason"}}.
+// The codes of the errors the gateway answers itself, besides
+// httpapi.CodeRequestTooLarge (413: an allowed request's body over
+// MaxBodyBytes). The body is the deny body's shape: {"error":{"code","reason"}}.
 const (
 	CodeUpstreamUnavailable = "upstream-unavailable" // 502: the upstream failed after an allow
 	CodePathRejected        = "path-rejected"        // 400: an escaped slash or a backslash
 	CodeUpgradeRefused      = "upgrade-refused"      // 400: a protocol upgrade
-	CodeRequestTooLarge     = "request-too-large"    // 413: an allowed request's body over MaxBodyBytes
 	CodeBodyUnreadable      = "body-unreadable"      // 400: an allowed request's body could not be read whole
 )
 
@@ -168,7 +169,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// request, and the upstream must not be handed it as if it were.
 		// A gated one was denied above, as unreadable.
 		if errors.Is(req.BodyErr, extauthz.ErrBodyTooLarge) {
-			g.writeError(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "gateway: request_too_large")
+			g.writeError(w, http.StatusRequestEntityTooLarge, httpapi.CodeRequestTooLarge, "gateway: request_too_large")
 		} else {
 			g.writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "gateway: body_unreadable")
 		}

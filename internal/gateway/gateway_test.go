@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/httpapi"
 )
 
 // recordingGate stands in for the gate: the gateway is under test here
@@ -285,9 +286,15 @@ func TestGatewayBodyNotReadWhole(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, `"code":"request-too-large"`) {
 		t.Fatalf("over the limit: %d %s", resp.StatusCode, body)
 	}
+	select {
+	case u := <-seen:
+		t.Fatalf("the upstream was handed %q", u.body)
+	default:
+	}
 
 	// A client that stops sending: the handler is driven directly, with a
-	// body that fails half way.
+	// body that fails half way, and an upstream nothing listens on (a
+	// forward would answer 502).
 	h := New(Options{Gate: &recordingGate{allow: true}, Upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"},
 		MaxBodyBytes: 1 << 10, OnError: codes.add})
 	rec := httptest.NewRecorder()
@@ -295,12 +302,7 @@ func TestGatewayBodyNotReadWhole(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"body-unreadable"`) {
 		t.Fatalf("body cut off: %d %s", rec.Code, rec.Body.String())
 	}
-	select {
-	case u := <-seen:
-		t.Fatalf("the upstream was handed %q", u.body)
-	default:
-	}
-	codes.want(t, CodeRequestTooLarge, CodeBodyUnreadable)
+	codes.want(t, httpapi.CodeRequestTooLarge, CodeBodyUnreadable)
 }
 
 // codeLog collects the codes OnError is told, from the servers' goroutines.

@@ -1,0 +1,25 @@
+package binding
+
+import "errors"
+
+// The errors a gated call is refused with as gate: malformed_tool_call.
+var (
+	// errNoRequestLine: the check names no method or no path. It describes
+	// no request the gate can judge (Envoy's network-level ext_authz filter
+	// sends such checks), so it is not taken for an ungated one.
+	errNoRequestLine = errors.New("binding: the check names no method or path")
+	// errLineConflict: the check's own line is a gated call that its
+	// forwarded headers describe as another request.
+	errLineConflict = errors.New("binding: the check's own line is a gated call and its forwarded headers name another request")
+	// errNoKind: neither the body nor the kind header names a tool kind.
+	errNoKind = errors.New("binding: no tool kind in the request")
+	// errDuplicateKey: one object in the body names a member twice, or two
+	// members that differ only in case.
+	errDuplicateKey = errors.New("binding: duplicate member name")
+	// errMisspelt: a member stands where the kind or args pointer names
+	// another spelling of it.
+	errMisspelt = errors.New("binding: member name spelt otherwise than the gate's pointer")
+	// errNULName: a member name holds a NUL, which a runtime reading names
+	// as C strings cuts short ("kind\u0000x" read as "kind").
+	errNULName = errors.New("binding: member name holds a NUL")
+)
