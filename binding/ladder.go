@@ -128,7 +128,9 @@ func (g *Gate) observeCache(hit bool) {
 }
 
 func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
-	digest, _ := c.argsDigest() // the ladder refused args without a digest
+	// The ladder refused args without a digest; computing it here also
+	// keeps it out of the WAL's commit loop, where the frame is built.
+	digest, _ := c.argsDigest()
 	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
 		RequestID: c.requestID, CallDigest: digest, Time: now}
 }
@@ -259,8 +261,6 @@ func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) D
 // durable commit; the allow is returned only after both are on disk.
 func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) Decision {
 	r := g.consumeRequest(c, now)
-	// The frame is built inside the WAL's commit loop; digest the args here.
-	_, _ = c.argsDigest()
 	var final Decision
 	r.Decision = func(res wal.ConsumeResult) wal.FrameInput {
 		final = g.afterConsume(c, d, res)
