@@ -202,13 +202,21 @@ type Request struct {
 	Principal string
 }
 
-// lineConflict reports whether r's own line is a gated call that its
-// forwarded headers describe as another request.
-func (g *Gate) lineConflict(r *Request) bool {
-	if r.LinePath == "" || (r.LineMethod == r.Method && r.LinePath == r.Path) {
-		return false
+// undescribed returns why the gate cannot tell which request r is, or nil:
+// the proxy described it two ways (OriginErr), it names no method or path,
+// or its own line is a gated call that its forwarded headers describe as
+// another request.
+func (g *Gate) undescribed(r *Request) error {
+	switch {
+	case r.OriginErr != nil:
+		return r.OriginErr
+	case r.Method == "" || r.Path == "":
+		return errNoRequestLine
+	case r.LinePath != "" && (r.LineMethod != r.Method || r.LinePath != r.Path) &&
+		isPost(r.LineMethod, r.Headers) && g.gatesPath(r.LinePath):
+		return errLineConflict
 	}
-	return isPost(r.LineMethod, r.Headers) && g.gatesPath(r.LinePath)
+	return nil
 }
 
 // Decision is the gate's answer.
@@ -336,17 +344,11 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
 	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
-	if r.OriginErr != nil {
-		// The proxy described the original request two ways: check it
-		// as the tool call it may be, and refuse it as unreadable.
+	if err := g.undescribed(r); err != nil {
+		// The request is described two ways, or not at all: check it as
+		// the tool call it may be, and refuse it as unreadable.
 		c.gated = true
-		c.contract, c.errDetail = reasonMalformedCall, r.OriginErr
-	} else if r.Method == "" || r.Path == "" {
-		c.gated = true
-		c.contract, c.errDetail = reasonMalformedCall, errNoRequestLine
-	} else if g.lineConflict(r) {
-		c.gated = true
-		c.contract, c.errDetail = reasonMalformedCall, errLineConflict
+		c.contract, c.errDetail = reasonMalformedCall, err
 	}
 	d.Gated = c.gated
 	if c.gated && c.contract == "" {
