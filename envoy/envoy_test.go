@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
@@ -79,6 +80,9 @@ func validateDeep(m proto.Message) error {
 			return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 		}
 	}
+	if err := deprecatedUse(m.ProtoReflect()); err != nil {
+		return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
 	return forEachAny(m.ProtoReflect(), func(a *anypb.Any) error {
 		inner, err := a.UnmarshalNew()
 		if err != nil {
@@ -86,6 +90,57 @@ func validateDeep(m proto.Message) error {
 		}
 		return validateDeep(inner)
 	})
+}
+
+// deprecatedUse reports the first deprecated field or enum value set in
+// msg or below it, outside Anys (validateDeep unpacks those). Envoy warns
+// about deprecated fields, refuses some of them by default and drops them
+// in a later release, so a shipped config must not lean on one.
+func deprecatedUse(msg protoreflect.Message) error {
+	deprecated := func(o proto.Message) bool {
+		switch o := o.(type) {
+		case *descriptorpb.FieldOptions:
+			return o.GetDeprecated()
+		case *descriptorpb.EnumValueOptions:
+			return o.GetDeprecated()
+		}
+		return false
+	}
+	check := func(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
+		switch {
+		case fd.Enum() != nil:
+			if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil && deprecated(ev.Options()) {
+				return fmt.Errorf("field %s is set to deprecated value %s", fd.Name(), ev.Name())
+			}
+		case fd.Message() != nil:
+			if _, isAny := v.Message().Interface().(*anypb.Any); !isAny {
+				return deprecatedUse(v.Message())
+			}
+		}
+		return nil
+	}
+	var err error
+	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if deprecated(fd.Options()) {
+			err = fmt.Errorf("field %s is deprecated", fd.FullName())
+			return false
+		}
+		switch {
+		case fd.IsMap():
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				err = check(fd.MapValue(), mv)
+				return err == nil
+			})
+		case fd.IsList():
+			for i := 0; i < v.List().Len() && err == nil; i++ {
+				err = check(fd, v.List().Get(i))
+			}
+		default:
+			err = check(fd, v)
+		}
+		return err == nil
+	})
+	return err
 }
 
 // forEachAny calls f on every Any set anywhere below msg, stopping at the
@@ -277,11 +332,11 @@ func TestEnvoyConfigs(t *testing.T) {
 	}{
 		"envoy.yaml": {
 			load: func(t *testing.T) []byte { return readFile(t, "envoy.yaml") },
-			want: want{listener: "0.0.0.0:10000", admin: "0.0.0.0:9901", endpoints: frontProxy},
+			want: want{listener: "0.0.0.0:10000", admin: "127.0.0.1:9901", endpoints: frontProxy},
 		},
 		"envoy-http-service.yaml": {
 			load: func(t *testing.T) []byte { return readFile(t, "envoy-http-service.yaml") },
-			want: want{listener: "0.0.0.0:10000", admin: "0.0.0.0:9901", httpService: true, endpoints: map[string]string{
+			want: want{listener: "0.0.0.0:10000", admin: "127.0.0.1:9901", httpService: true, endpoints: map[string]string{
 				"toolruntime":   "toolruntime:8080",
 				"autonomy_http": "autonomy:8181",
 			}},
@@ -505,6 +560,10 @@ func TestEnvoyConfigRejects(t *testing.T) {
 		"rule broken inside a typed_config": {
 			old: "envoy_grpc: { cluster_name: autonomy_grpc }", new: `envoy_grpc: { cluster_name: "" }`,
 			wantErr: "ClusterName",
+		},
+		"deprecated field": {
+			old: "              - remove: x-autonomy-actor\n", new: "              - append: {header: {key: x-a, value: b}, append: true}\n              - remove: x-autonomy-actor\n",
+			wantErr: "field envoy.config.core.v3.HeaderValueOption.append is deprecated",
 		},
 		"unknown enum value": {
 			old: "transport_api_version: V3", new: "transport_api_version: V4",
