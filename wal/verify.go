@@ -1,12 +1,15 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // VerifyReport is the result of Verify.
@@ -38,6 +41,8 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				return fmt.Errorf("%w: base: %v", ErrCorrupt, err)
 			}
 		}
+		audit := tx.btx.Bucket(bucketAudit)
+		indexed := 0 // frames with an audit id, each found in the index
 		c := tx.btx.Bucket(bucketFrames).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
@@ -75,6 +80,12 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 					return bad(problem)
 				}
 			}
+			if f.AuditID != "" {
+				if !hasKey(audit, auditKey(f.AuditID, f.Seq)) {
+					return bad(fmt.Sprintf("the audit index has no entry for this frame: audit id %s would not list it", f.AuditID))
+				}
+				indexed++
+			}
 			rep.Frames++
 			prev = chainPoint{Seq: f.Seq, Hash: f.Hash}
 		}
@@ -91,9 +102,71 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
 			return err
 		}
+		if err := tx.verifyAuditIndex(ctx, indexed, &rep); err != nil || !rep.OK() {
+			return err
+		}
 		return tx.verifyMarkers(ctx, &rep)
 	})
 	return rep, err
+}
+
+// The audit index is what GET /v1/audit/{audit_id} reads, so it is
+// checked against the frames both ways: each frame with an audit id has
+// its entry (during the walk), and the index holds no other entry
+// (verifyAuditIndex). Compaction deletes a frame's entry with the frame,
+// so no entry is left naming a removed one. An entry deleted (a decision
+// hidden from the audit trail) or forged (a frame shown under another id)
+// does not pass for a log that verifies.
+
+// verifyAuditIndex checks that the audit index holds no entry besides the
+// indexed ones the walk found, one per frame with an audit id. Entries are
+// counted, not looked up, unless there are more: distinct frames have
+// distinct entries, so equal counts leave no room for another one. Then it
+// names the first entry whose frame is missing or has another audit id.
+func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyReport) error {
+	entries, extra := 0, false
+	c := tx.btx.Bucket(bucketAudit).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if n := len(k) - 9; n < 1 || k[n] != 0 {
+			rep.Problem = fmt.Sprintf("audit index entry %q is malformed", k)
+			return nil
+		}
+		if entries++; entries > indexed {
+			extra = true
+			break
+		}
+	}
+	if !extra {
+		return nil
+	}
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := len(k) - 9
+		id, seq := string(k[:n]), binary.BigEndian.Uint64(k[n+1:])
+		f, err := tx.Frame(seq)
+		switch {
+		case err != nil:
+			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("audit index entry of %s names no frame in the log", id)
+			return nil
+		case f.AuditID != id:
+			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("audit index entry of %s names a frame of audit id %s", id, f.AuditID)
+			return nil
+		}
+	}
+	rep.Problem = "the audit index holds more entries than the log has frames with an audit id"
+	return nil
+}
+
+// hasKey reports whether bucket b holds key k. Index entries hold empty
+// values, which Get does not tell apart from a missing key.
+func hasKey(b *bolt.Bucket, k []byte) bool {
+	got, _ := b.Cursor().Seek(k)
+	return bytes.Equal(got, k)
 }
 
 type consumedAttrs struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -509,6 +510,56 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 			rep, err := db.Verify(ctx)
 			if err != nil || rep.OK() || rep.BadSeq != seq {
 				t.Fatalf("Verify = %+v, %v; want a failure at the consumed frame, seq %d", rep, err, seq)
+			}
+		})
+	}
+}
+
+// TestVerifyChecksAuditIndex: the audit index is what the audit join reads;
+// an entry deleted, moved to another frame, forged or malformed fails
+// Verify, at the frame that lost its entry or the frame the entry names.
+func TestVerifyChecksAuditIndex(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T) *DB {
+		db := openTest(t, nil)
+		for i, id := range []string{"au_one", "au_two", "au_two"} {
+			if _, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: id, Time: t0,
+				Attrs: map[string]any{"outcome": "deny", "n": i}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rep, err := db.Verify(ctx); err != nil || !rep.OK() || rep.Frames != 3 {
+			t.Fatalf("clean log: %+v, %v", rep, err)
+		}
+		return db
+	}
+	tests := map[string]struct {
+		edit    func(*bolt.Bucket) error
+		wantSeq uint64
+	}{
+		// The deny of seq 3 no longer shows under au_two.
+		"entry deleted": {edit: func(b *bolt.Bucket) error { return b.Delete(auditKey("au_two", 3)) }, wantSeq: 3},
+		// One bit of the seq flipped: seq 3's entry says seq 1.
+		"entry moved": {edit: func(b *bolt.Bucket) error {
+			if err := b.Delete(auditKey("au_two", 3)); err != nil {
+				return err
+			}
+			return b.Put(auditKey("au_two", 1), nil)
+		}, wantSeq: 3},
+		// Frame 1 shown under another audit id as well.
+		"entry forged":         {edit: func(b *bolt.Bucket) error { return b.Put(auditKey("au_three", 1), nil) }, wantSeq: 1},
+		"entry names no frame": {edit: func(b *bolt.Bucket) error { return b.Put(auditKey("au_one", 9), nil) }, wantSeq: 9},
+		"entry malformed":      {edit: func(b *bolt.Bucket) error { return b.Put([]byte("au_one"), nil) }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			db := setup(t)
+			if err := db.update(func(tx *bolt.Tx) error { return tc.edit(tx.Bucket(bucketAudit)) }); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := db.Verify(ctx)
+			if err != nil || rep.OK() || rep.BadSeq != tc.wantSeq || !strings.Contains(rep.Problem, "audit index") {
+				t.Fatalf("Verify = %+v, %v; want an audit index problem at seq %d", rep, err, tc.wantSeq)
 			}
 		})
 	}
