@@ -178,7 +178,7 @@ func newWAL(stdout io.Writer) *cobra.Command {
 	var dataDir, file string
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the WAL's hash chain; exit 1 naming the first bad seq",
+		Short: "Check the WAL's hash chain and its indexes; exit 1 naming the first bad seq",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := openWAL(cmd, file, dataDir)
