@@ -110,7 +110,7 @@ func deprecatedUse(msg protoreflect.Message) error {
 		switch {
 		case fd.Enum() != nil:
 			if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil && deprecated(ev.Options()) {
-				return fmt.Errorf("field %s is set to deprecated value %s", fd.Name(), ev.Name())
+				return fmt.Errorf("field %s is set to deprecated value %s", fd.FullName(), ev.Name())
 			}
 		case fd.Message() != nil:
 			if _, isAny := v.Message().Interface().(*anypb.Any); !isAny {
@@ -118,6 +118,18 @@ func deprecatedUse(msg protoreflect.Message) error {
 			}
 		}
 		return nil
+	}
+	// An enum left unset reads as its zero value, which Envoy warns about
+	// when that value is deprecated (AUTO for transport_api_version); Range
+	// visits only the fields that are set.
+	fields := msg.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Enum() != nil && fd.Cardinality() != protoreflect.Repeated && fd.ContainingOneof() == nil && !msg.Has(fd) {
+			if err := check(fd, fd.Default()); err != nil {
+				return fmt.Errorf("%w (unset: it reads as that value)", err)
+			}
+		}
 	}
 	var err error
 	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
@@ -564,6 +576,15 @@ func TestEnvoyConfigRejects(t *testing.T) {
 		"deprecated field": {
 			old: "              - remove: x-autonomy-actor\n", new: "              - append: {header: {key: x-a, value: b}, append: true}\n              - remove: x-autonomy-actor\n",
 			wantErr: "field envoy.config.core.v3.HeaderValueOption.append is deprecated",
+		},
+		"deprecated enum value": {
+			old: "transport_api_version: V3", new: "transport_api_version: V2",
+			wantErr: "transport_api_version is set to deprecated value V2",
+		},
+		// An ApiConfigSource without api_type reads as its deprecated zero.
+		"enum left at a deprecated zero value": {
+			old: "static_resources:\n", new: "dynamic_resources: { ads_config: { transport_api_version: V3 } }\nstatic_resources:\n",
+			wantErr: "api_type is set to deprecated value DEPRECATED_AND_UNAVAILABLE_DO_NOT_USE (unset",
 		},
 		"unknown enum value": {
 			old: "transport_api_version: V3", new: "transport_api_version: V4",

@@ -163,7 +163,8 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 }
 
 // hasKey reports whether bucket b holds key k. Index entries hold empty
-// values, which Get does not tell apart from a missing key.
+// values, and Get returns nil for an empty value put earlier in the same
+// write transaction, as for a missing key; the cursor tells them apart.
 func hasKey(b *bolt.Bucket, k []byte) bool {
 	got, _ := b.Cursor().Seek(k)
 	return bytes.Equal(got, k)
