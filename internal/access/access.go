@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"unicode"
 
 	"gopkg.in/yaml.v3"
 
@@ -52,6 +53,12 @@ func NewToken(name, tenant, token string) (Token, error) {
 	if len(token) < MinTokenLength {
 		return Token{}, fmt.Errorf("%w: %s: token shorter than %d characters", ErrBadToken, name, MinTokenLength)
 	}
+	// A bearer token is sent in a header, where white space around it is
+	// trimmed and control characters cannot travel: such a token could
+	// never be presented.
+	if strings.ContainsFunc(token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return Token{}, fmt.Errorf("%w: %s: token holds white space or a control character, which no request can send", ErrBadToken, name)
+	}
 	if tenant == "" {
 		return Token{}, fmt.Errorf("%w: %s: tenant is required (%q for every tenant)", ErrBadToken, name, AllTenants)
 	}
@@ -78,8 +85,9 @@ type fileEntry struct {
 //	    tenant: acme         # the envelope's tenantIdRef
 //	    sha256: "9f86d0…"    # or the hex SHA-256 of the token instead
 //
-// Unknown keys, entries without a tenant, duplicate names or tokens, and an
-// empty list are errors.
+// Unknown keys, entries without a tenant, duplicate names or tokens, a
+// token holding white space, an empty list and a second YAML document are
+// errors.
 func Parse(r io.Reader) ([]Token, error) {
 	var doc struct {
 		Tokens []fileEntry `yaml:"tokens"`
@@ -87,6 +95,15 @@ func Parse(r io.Reader) ([]Token, error) {
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("access: %w", err)
+	}
+	// A second document ("---") would otherwise be dropped unread, with
+	// the tokens it lists.
+	var more yaml.Node
+	switch err := dec.Decode(&more); {
+	case err == nil:
+		return nil, errors.New("access: the tokens file holds more than one YAML document; list every token under the first one's tokens")
+	case !errors.Is(err, io.EOF):
 		return nil, fmt.Errorf("access: %w", err)
 	}
 	if len(doc.Tokens) == 0 {

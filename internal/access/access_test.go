@@ -60,6 +60,12 @@ func TestParse(t *testing.T) {
 		"not a list":         {yaml: "tokens: yes\n", anyErr: true},
 		"unknown top-level":  {yaml: "tokenz: []\n", anyErr: true},
 		"broken yaml syntax": {yaml: "tokens: [\n", anyErr: true},
+		// bearer() trims what a request sends, so these could never match.
+		"token ends in a space": {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + " \"}\n", wantErr: ErrBadToken},
+		"token holds a tab":     {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + "\\tx\"}\n", wantErr: ErrBadToken},
+		// The second document's tokens would be dropped unread.
+		"two documents":          {yaml: "tokens:\n  - {name: a, tenant: x, token: " + opsToken + "}\n---\ntokens:\n  - {name: b, tenant: y, token: " + acmeToken + "}\n", anyErr: true},
+		"broken second document": {yaml: "tokens:\n  - {name: a, tenant: x, token: " + opsToken + "}\n---\ntokens: [\n", anyErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

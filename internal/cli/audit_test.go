@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +58,25 @@ func TestAuditFromWAL(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAuditTakesTheTokenFromTheEnvironment: without --token, the bearer
+// token comes from $AUTONOMY_TOKEN (out of the process list); --token
+// wins over it.
+func TestAuditTakesTheTokenFromTheEnvironment(t *testing.T) {
+	const envToken, flagToken = "token-from-the-environment", "token-from-the-flag"
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		http.Error(w, `{"error":{"code":"not-found"}}`, http.StatusNotFound)
+	}))
+	defer srv.Close()
+	t.Setenv(TokenEnv, envToken)
+	runCLI(t, "audit", "au_x", "--server", srv.URL)
+	runCLI(t, "audit", "au_x", "--server", srv.URL, "--token", flagToken)
+	want := []string{"Bearer " + envToken, "Bearer " + flagToken}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("Authorization headers %q, want %q", got, want)
 	}
 }

@@ -86,7 +86,7 @@ Exit status: 0 pass, 2 repair_required, 3 deny, 1 when no decision was made
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `PreflightRequest JSON file ("-" for stdin)`)
 	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "service HTTP API address")
-	cmd.Flags().StringVar(&token, "token", "", "bearer token, when the service requires one")
+	cmd.Flags().StringVar(&token, "token", "", "bearer token, when the service requires one (default $"+TokenEnv+")")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "evaluate without recording (no ids, not bindable, no repair budget spent)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision JSON as returned")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the verdict")
@@ -111,9 +111,7 @@ func postJSON(ctx context.Context, u, token string, body []byte) (int, []byte, e
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	setBearer(req, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err

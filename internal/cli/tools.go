@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,11 +81,27 @@ func newAudit(stdout io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "service HTTP API address")
-	cmd.Flags().StringVar(&token, "token", "", "bearer token for the read endpoints")
+	cmd.Flags().StringVar(&token, "token", "", "bearer token for the read endpoints (default $"+TokenEnv+")")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "read the WAL in this data directory instead of asking a server")
 	cmd.Flags().StringVar(&file, "config", "", "read the WAL of this configuration's data_dir instead of asking a server")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON join")
 	return cmd
+}
+
+// TokenEnv names the variable that the commands calling the service read
+// their bearer token from when --token is not given: a flag's value shows
+// in the process list to every local user, the environment does not.
+const TokenEnv = "AUTONOMY_TOKEN"
+
+// setBearer sets req's bearer token: token (the --token flag), else
+// $AUTONOMY_TOKEN, else none.
+func setBearer(req *http.Request, token string) {
+	if token == "" {
+		token = os.Getenv(TokenEnv)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 }
 
 // auditFromServer asks a running service for the join.
@@ -94,9 +111,7 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.F
 	if err != nil {
 		return nil, err
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	setBearer(req, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

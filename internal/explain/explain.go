@@ -13,8 +13,12 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// Pattern is the ServeMux pattern the page is served under.
-const Pattern = "GET /ui/audit/{audit_id}"
+// PathPattern is the path the page is served under, as a ServeMux
+// pattern without a method; Pattern adds it.
+const (
+	PathPattern = "/ui/audit/{audit_id}"
+	Pattern     = "GET " + PathPattern
+)
 
 // pathPrefix is Pattern's fixed part, for a handler mounted without it.
 const pathPrefix = "/ui/audit/"

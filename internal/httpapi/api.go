@@ -117,6 +117,7 @@ func New(o Options) *API {
 	// Allow header RFC 9110 requires.
 	a.mux.HandleFunc("GET /v1/preflight/", a.notFound)
 	a.mux.HandleFunc("GET /v1/audit/", a.notFound)
+	a.mux.HandleFunc("/v1/audit", a.notFound) // else a redirect to /v1/audit/
 	a.mux.HandleFunc("/v1/preflight", a.methodNotAllowed("POST"))
 	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed("GET, HEAD"))
 	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed("GET, HEAD"))
@@ -444,9 +445,10 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	// The binding (its tenant) and the decision bytes are read apart, as the
 	// WAL keeps them: a compact record for the gate, the frame for the bytes.
+	// Another tenant's decision is not read at all.
 	var decision []byte
 	b, err := a.o.Store.Binding(r.Context(), id)
-	if err == nil {
+	if err == nil && (all || b.Tenant == tenant) {
 		decision, err = a.o.Store.Decision(r.Context(), id)
 	}
 	if errors.Is(err, wal.ErrNotFound) || (err == nil && !all && b.Tenant != tenant) {

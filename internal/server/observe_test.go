@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/extauthz"
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/wal"
@@ -467,5 +470,79 @@ func TestCheckBodyFollowsTheBodyLimit(t *testing.T) {
 	huge := strings.Repeat("x", 8<<20)
 	if a, err := e.check(context.Background(), toolBody("tool.echo", map[string]any{"pad": huge}), nil); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("8 MiB body: %+v, %v; want ResourceExhausted from the transport", a, err)
+	}
+}
+
+// TestNoRedirects: the HTTP listener answers every path itself. A path the
+// ServeMux would clean (doubled slashes, dot segments) gets the JSON 404,
+// not a 307 with an HTML body, and under the HTTP check's prefix it is
+// decided like any other checked path: a redirect there would reach the
+// client through the proxy, with no decision and no audit id.
+func TestNoRedirects(t *testing.T) {
+	e := obsStart(t, nil, Options{ReadinessInterval: -1})
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path, body string) (int, http.Header, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header, b
+	}
+	type errorBody struct {
+		Error struct {
+			Code    string `json:"code"`
+			Reason  string `json:"reason"`
+			AuditID string `json:"audit_id"`
+		} `json:"error"`
+	}
+	for _, p := range []string{"/v1/preflight//pf_x", "/v1/./audit/au_x", "//v1/audit/au_x", "/v1/audit", "/v1/preflight/pf_x/../pf_y"} {
+		status, h, b := do(http.MethodGet, p, "")
+		var got errorBody
+		if status != http.StatusNotFound || h.Get("Content-Type") != "application/json" || json.Unmarshal(b, &got) != nil || got.Error.Code != "not-found" {
+			t.Errorf("GET %s: %d %s %s, want the JSON 404", p, status, h.Get("Location"), b)
+		}
+	}
+	if status, h, _ := do(http.MethodPut, "/ui/audit/au_x", ""); status != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, HEAD" {
+		t.Errorf("PUT /ui/audit/au_x: %d, Allow %q; want 405 with Allow: GET, HEAD", status, h.Get("Allow"))
+	}
+	call := `{"kind":"tool.shell","args":{"cmd":"id"}}`
+	for _, p := range []string{"/v1/tool", "/v1//tool", "//v1/tool", "/v1/./tool", "/v1/x/../tool"} {
+		status, _, b := do(http.MethodPost, extauthz.HTTPPrefix+p, call)
+		var got errorBody
+		if status != http.StatusForbidden || json.Unmarshal(b, &got) != nil ||
+			got.Error.Reason != "contract: preflight_required" || got.Error.AuditID == "" {
+			t.Errorf("check of POST %s: %d %s, want the gate's 403 preflight_required with an audit id", p, status, b)
+		}
+	}
+}
+
+// TestGRPCHandshakeTimeout: a connection to the gRPC listener that never
+// finishes its HTTP/2 handshake is closed after http.read_header_timeout,
+// as a slow client of the HTTP listener is, not held for grpc's 120 s.
+func TestGRPCHandshakeTimeout(t *testing.T) {
+	e := obsStart(t, func(c *config.Config) { c.HTTP.ReadHeaderTimeout = 200 * time.Millisecond }, Options{ReadinessInterval: -1})
+	conn, err := net.Dial("tcp", e.addrs.GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("PRI * HTTP/2.0\r\n")); err != nil { // half a preface
+		t.Fatal(err)
+	}
+	// Far above the timeout, far below grpc's default.
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the server still held the stalled connection after 30s")
 	}
 }

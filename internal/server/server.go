@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,6 +177,10 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// raising the limit in both places keeps them in step (grpc's own
 	// default, 4 MiB, would refuse bigger bodies, closed but unexplained).
 	opts = append(opts, grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)+1<<20)) // at most 1 GiB: config.MaxBodyBytesLimit
+	// A connection that has not finished its TLS and HTTP/2 handshakes by
+	// then is closed, as the HTTP listener closes one that has not sent its
+	// request head (grpc's own default holds it for 120 s).
+	opts = append(opts, grpc.ConnectionTimeout(cfg.HTTP.ReadHeaderTimeout))
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -187,10 +193,8 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/preflight", s.api)
 	mux.Handle("/v1/preflight/", s.api)
+	mux.Handle("/v1/audit", s.api) // else the ServeMux redirects it to /v1/audit/
 	mux.Handle("/v1/audit/", s.api)
-	check := extauthz.NewHTTPHandler(s.checker, s.cfg.HTTP.MaxBodyBytes)
-	mux.Handle(extauthz.HTTPPrefix, check)
-	mux.Handle(extauthz.HTTPPrefix+"/", check)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}`))
@@ -200,17 +204,49 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.obs.metricsHandler())
 	// Another method on those paths, and any other path, gets the API's
 	// JSON error body, not Go's plain text.
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", explain.PathPattern} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			s.obs.metrics.APIError(httpapi.CodeMethodNotAllowed)
 			httpapi.WriteMethodNotAllowed(w, r, "GET, HEAD")
 		})
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.obs.metrics.APIError(httpapi.CodeNotFound)
 		httpapi.WriteError(w, http.StatusNotFound, httpapi.CodeNotFound, "No endpoint has this path.")
+	}
+	mux.HandleFunc("/", notFound)
+	check := extauthz.NewHTTPHandler(s.checker, s.cfg.HTTP.MaxBodyBytes)
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		switch {
+		case p == extauthz.HTTPPrefix || strings.HasPrefix(p, extauthz.HTTPPrefix+"/"):
+			// What follows the prefix is the checked request's own path,
+			// which the gate reads as a runtime would (dot segments, doubled
+			// slashes): the ServeMux would answer a 307 to the cleaned path
+			// instead, a redirect the proxy hands the client, and no
+			// decision.
+			check.ServeHTTP(w, r)
+		case p != cleanPath(p):
+			// The ServeMux would redirect; no endpoint is named so.
+			notFound(w, r)
+		default:
+			mux.ServeHTTP(w, r)
+		}
 	})
-	return s.obs.tracing.Handler(s.sec.access.Handler(mux))
+	return s.obs.tracing.Handler(s.sec.access.Handler(root))
+}
+
+// cleanPath is p as the ServeMux routes it: dot segments and doubled
+// slashes resolved, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // readyz reports whether the WAL can write and a bundle is loaded.
