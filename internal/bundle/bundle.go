@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"embed"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"testing/fstest"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -83,7 +85,11 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		if !st.IsDir() {
 			return nil, fmt.Errorf("bundle %s: not a directory", dir)
 		}
-		fsys, root, source = os.DirFS(dir), ".", dir
+		snap, err := snapshot(os.DirFS(dir))
+		if err != nil {
+			return nil, fmt.Errorf("bundle %s: %w", dir, err)
+		}
+		fsys, root, source = snap, ".", dir
 	}
 	if err := checkDataSyntax(fsys, root); err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", source, err)
@@ -131,6 +137,86 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 	return b, nil
 }
 
+// snapshotReads bounds how many times snapshot reads a bundle that keeps
+// changing under it.
+const snapshotReads = 5
+
+// errUnsettled reports a bundle that changed during every read of it.
+var errUnsettled = errors.New("the files kept changing while being read; the bundle in force stays")
+
+// snapshot reads the bundle files of fsys into memory, until two reads in
+// a row agree. Files are read one at a time, so a bundle replaced while
+// being read (a Kubernetes ConfigMap swapping its ..data link, files
+// written one after another) could otherwise load as one version's
+// policy with another version's data: a bundle nobody wrote, which may
+// allow what neither version does. Everything else is loaded from the
+// snapshot, so the revision digests exactly what was loaded.
+func snapshot(fsys fs.FS) (fstest.MapFS, error) {
+	prev, err := readBundleFiles(fsys)
+	if err != nil {
+		return nil, err
+	}
+	for range snapshotReads - 1 {
+		next, err := readBundleFiles(fsys)
+		if err != nil {
+			return nil, err
+		}
+		if sameFiles(prev, next) {
+			return next, nil
+		}
+		prev = next
+	}
+	return nil, errUnsettled
+}
+
+// readBundleFiles reads every file of fsys that the loader reads (see
+// onlyBundleFiles).
+func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
+	files := fstest.MapFS{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if skip := onlyBundleFiles(p, info, depthOf(p, ".")); skip || d.IsDir() {
+			if skip && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
+		return nil
+	})
+	return files, err
+}
+
+func sameFiles(a, b fstest.MapFS) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, f := range a {
+		if g, ok := b[p]; !ok || !bytes.Equal(f.Data, g.Data) {
+			return false
+		}
+	}
+	return true
+}
+
+// depthOf is how deep p is below root: 0 for root itself.
+func depthOf(p, root string) int {
+	if p == root {
+		return 0
+	}
+	return 1 + strings.Count(strings.TrimPrefix(p, root+"/"), "/")
+}
+
 // onlyBundleFiles keeps *.rego files and data.json/data.yaml/data.yml; OPA's
 // loader would otherwise read every JSON and YAML file it finds.
 func onlyBundleFiles(abspath string, info fs.FileInfo, depth int) bool {
@@ -161,11 +247,7 @@ func checkDataSyntax(fsys fs.FS, root string) error {
 		if err != nil {
 			return err
 		}
-		depth := 0
-		if p != root {
-			depth = 1 + strings.Count(strings.TrimPrefix(p, root+"/"), "/")
-		}
-		if onlyBundleFiles(p, info, depth) {
+		if onlyBundleFiles(p, info, depthOf(p, root)) {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -257,12 +339,19 @@ func revisionOf(res *loader.Result) string {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// Each part is prefixed by its length, so no two bundles digest the
+	// same bytes (without it, a file whose text ends in another file's
+	// name and text read the same as the two files).
+	part := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
 	for _, name := range names {
-		h.Write([]byte(name))
-		h.Write(res.Modules[name].Raw)
+		part([]byte(name))
+		part(res.Modules[name].Raw)
 	}
 	data, _ := json.Marshal(res.Documents) // map keys are sorted
-	h.Write(data)
+	part(data)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 

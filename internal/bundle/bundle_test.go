@@ -272,3 +272,16 @@ func TestDataSyntaxErrorsNameTheLine(t *testing.T) {
 		t.Fatalf("Load with a broken data.json in .git: %v", err)
 	}
 }
+
+// TestRevisionTellsBundlesApart: the revision digests each file's name and
+// text with their lengths, so a file whose text ends in another file's
+// name and text does not digest like the two files: the reload would take
+// the change for "unchanged" and keep the old policy.
+func TestRevisionTellsBundlesApart(t *testing.T) {
+	const head, other = "package autonomy\ndefault allow := false\n#", "package other\nallow := true\n"
+	two := bundletest.Load(t, map[string]string{"a.rego": head, "b.rego": other}, nil)
+	one := bundletest.Load(t, map[string]string{"a.rego": head + "b.rego" + other}, nil)
+	if two.Revision() == one.Revision() {
+		t.Fatalf("two different bundles share revision %s", one.Revision())
+	}
+}

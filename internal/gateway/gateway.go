@@ -12,6 +12,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -60,6 +61,11 @@ type Options struct {
 	// OnError, when set, is told the code of each error the gateway
 	// answers itself (the service counts them in autonomy_errors_total).
 	OnError func(code string)
+	// UpstreamTimeout bounds the wait for the upstream's response headers
+	// after an allow; past it the client gets 502 upstream-unavailable
+	// (the step is spent: the upstream may have run the call). Zero waits
+	// as long as the upstream takes. Not applied to Transport.
+	UpstreamTimeout time.Duration
 	// Transport, when set, replaces the proxy's transport (tests).
 	Transport http.RoundTripper
 }
@@ -76,6 +82,12 @@ func New(o Options) *Gateway {
 		o.NewRequestID = uuid.NewString
 	}
 	g := &Gateway{o: o}
+	transport := o.Transport
+	if transport == nil && o.UpstreamTimeout > 0 {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = o.UpstreamTimeout
+		transport = t
+	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(o.Upstream)
@@ -88,7 +100,7 @@ func New(o Options) *Gateway {
 			resp.Header.Set(binding.HeaderRequestID, resp.Request.Header.Get(binding.HeaderRequestID))
 			return nil
 		},
-		Transport: o.Transport,
+		Transport: transport,
 		// Stream responses as they come, like Envoy does.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/httpapi"
@@ -352,4 +353,29 @@ func TestGatewayCountsItsErrors(t *testing.T) {
 		}
 	}
 	codes.want(t, CodePathRejected, CodeUpgradeRefused, CodeUpstreamUnavailable)
+}
+
+// TestGatewayUpstreamTimeout: an upstream that does not start its answer
+// within UpstreamTimeout gets the client a 502 upstream-unavailable, not
+// a connection held until the upstream answers.
+func TestGatewayUpstreamTimeout(t *testing.T) {
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // answers 200 after 5s if the gateway waits that long
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(hung.Close)
+	defer close(release)
+	u, _ := url.Parse(hung.URL)
+	var codes codeLog
+	_, gw, _ := newGateway(t, true, func(o *Options) {
+		o.Upstream, o.UpstreamTimeout, o.OnError = u, 50*time.Millisecond, codes.add
+	})
+	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, CodeUpstreamUnavailable) {
+		t.Fatalf("hung upstream: %d %s, want 502 %s", resp.StatusCode, body, CodeUpstreamUnavailable)
+	}
+	codes.want(t, CodeUpstreamUnavailable)
 }

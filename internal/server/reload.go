@@ -99,9 +99,8 @@ func (s *Server) watchBundle(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if ev.Op == fsnotify.Chmod {
-				continue // touch, chmod: the content is what it was
-			}
+			// A chmod is a change too: it can make a file that was refused
+			// (unreadable) readable. A touch reloads as "unchanged".
 			if ev.Has(fsnotify.Create) {
 				// A new subdirectory (the OPA loader reads the tree) or a
 				// Kubernetes ConfigMap's swapped ..data link.

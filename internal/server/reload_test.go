@@ -283,6 +283,33 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 }
 
+// TestReloadOnChmod: a permission change in the bundle directory is a
+// change: it can make a file that was refused as unreadable readable, and
+// the bundle it completes must then be loaded. (Tests run as root here, who
+// reads any file, so the test watches the reload the chmod starts: the
+// contents are the same, so it is "unchanged".)
+func TestReloadOnChmod(t *testing.T) {
+	dir := copyDefaultBundle(t)
+	e := obsStart(t, func(c *config.Config) {
+		c.Bundle = dir
+		c.Reload.Debounce = 20 * time.Millisecond
+	}, Options{ReadinessInterval: -1})
+	// The watch starts alongside the listeners, so the mode is changed
+	// again every 50th poll (each change restarts the debounce) until a
+	// reload is seen.
+	modes := []os.FileMode{0o400, 0o600}
+	polls := 0
+	eventually(t, "a reload after a chmod", func() bool {
+		if polls%50 == 0 {
+			if err := os.Chmod(filepath.Join(dir, "data.yaml"), modes[polls/50%2]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		polls++
+		return sample(e.scrape(t), "autonomy_bundle_reloads_total", map[string]string{"result": metrics.ReloadUnchanged}) >= 1
+	})
+}
+
 // TestReloadRefusesBadBundle writes bundles that do not load: each is
 // refused, the refusal is logged with the reason, and the old bundle keeps
 // answering every check, in flight or after.

@@ -236,6 +236,16 @@ func (s *Server) Handler() http.Handler {
 	return s.obs.tracing.Handler(s.sec.access.Handler(root))
 }
 
+// upstreamTimeout is how long the gateway waits for the upstream to start
+// its answer: a second less than http.write_timeout, after which the
+// client's connection is cut, so that the 502 can still be written.
+func upstreamTimeout(writeTimeout time.Duration) time.Duration {
+	if writeTimeout <= 0 {
+		return 0
+	}
+	return max(writeTimeout-time.Second, writeTimeout/2)
+}
+
 // cleanPath is p as the ServeMux routes it: dot segments and doubled
 // slashes resolved, a trailing slash kept.
 func cleanPath(p string) string {
@@ -343,7 +353,7 @@ func (s *Server) Run(ctx context.Context) error {
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
 		gw := gateway.New(gateway.Options{Gate: s.checker, Upstream: up, API: s.Handler(),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
-			OnError: s.obs.metrics.APIError})
+			OnError: s.obs.metrics.APIError, UpstreamTimeout: upstreamTimeout(s.cfg.HTTP.WriteTimeout)})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
