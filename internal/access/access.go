@@ -13,8 +13,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"unicode"
 
+	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 
 	"github.com/contractrefine/autonomy/internal/httpapi"
@@ -53,11 +53,11 @@ func NewToken(name, tenant, token string) (Token, error) {
 	if len(token) < MinTokenLength {
 		return Token{}, fmt.Errorf("%w: %s: token shorter than %d characters", ErrBadToken, name, MinTokenLength)
 	}
-	// A bearer token is sent in a header, where white space around it is
-	// trimmed and control characters cannot travel: such a token could
-	// never be presented.
-	if strings.ContainsFunc(token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
-		return Token{}, fmt.Errorf("%w: %s: token holds white space or a control character, which no request can send", ErrBadToken, name)
+	// A bearer token is sent in a header, whose value is trimmed of white
+	// space at its ends and cannot carry control characters: such a token
+	// could never be presented.
+	if strings.TrimSpace(token) != token || !httpguts.ValidHeaderFieldValue(token) {
+		return Token{}, fmt.Errorf("%w: %s: token starts or ends with white space or holds a control character, which no request can send", ErrBadToken, name)
 	}
 	if tenant == "" {
 		return Token{}, fmt.Errorf("%w: %s: tenant is required (%q for every tenant)", ErrBadToken, name, AllTenants)
@@ -86,7 +86,8 @@ type fileEntry struct {
 //	    sha256: "9f86d0…"    # or the hex SHA-256 of the token instead
 //
 // Unknown keys, entries without a tenant, duplicate names or tokens, a
-// token holding white space, an empty list and a second YAML document are
+// token that no request could send (white space at an end, a control
+// character), an empty list and a second YAML document with content are
 // errors.
 func Parse(r io.Reader) ([]Token, error) {
 	var doc struct {
@@ -99,12 +100,18 @@ func Parse(r io.Reader) ([]Token, error) {
 	}
 	// A second document ("---") would otherwise be dropped unread, with
 	// the tokens it lists.
-	var more yaml.Node
-	switch err := dec.Decode(&more); {
-	case err == nil:
-		return nil, errors.New("access: the tokens file holds more than one YAML document; list every token under the first one's tokens")
-	case !errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("access: %w", err)
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("access: %w", err)
+		}
+		if !emptyDocument(&more) {
+			return nil, errors.New("access: the tokens file holds more than one YAML document; list every token under the first one's tokens")
+		}
 	}
 	if len(doc.Tokens) == 0 {
 		return nil, ErrNoTokens
@@ -150,6 +157,17 @@ func Parse(r io.Reader) ([]Token, error) {
 		out = append(out, tok)
 	}
 	return out, nil
+}
+
+// emptyDocument reports whether n is a document with nothing in it (a
+// trailing "---", or one holding only a comment or null).
+func emptyDocument(n *yaml.Node) bool {
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode || c.Tag != "!!null" {
+			return false
+		}
+	}
+	return true
 }
 
 // LoadFile reads the tokens file at path.

@@ -62,7 +62,11 @@ func TestParse(t *testing.T) {
 		"broken yaml syntax": {yaml: "tokens: [\n", anyErr: true},
 		// bearer() trims what a request sends, so these could never match.
 		"token ends in a space": {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + " \"}\n", wantErr: ErrBadToken},
-		"token holds a tab":     {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + "\\tx\"}\n", wantErr: ErrBadToken},
+		"token holds a newline": {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + "\\nx\"}\n", wantErr: ErrBadToken},
+		// A request can send white space inside a token.
+		"token holds a space": {yaml: "tokens:\n  - {name: a, tenant: x, token: \"" + opsToken + " x\"}\n", want: []string{"a=x"}},
+		// A trailing document marker adds no document with tokens in it.
+		"trailing document marker": {yaml: "tokens:\n  - {name: a, tenant: x, token: " + opsToken + "}\n---\n# end\n", want: []string{"a=x"}},
 		// The second document's tokens would be dropped unread.
 		"two documents":          {yaml: "tokens:\n  - {name: a, tenant: x, token: " + opsToken + "}\n---\ntokens:\n  - {name: b, tenant: y, token: " + acmeToken + "}\n", anyErr: true},
 		"broken second document": {yaml: "tokens:\n  - {name: a, tenant: x, token: " + opsToken + "}\n---\ntokens: [\n", anyErr: true},

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -169,33 +170,49 @@ func snapshot(fsys fs.FS) (fstest.MapFS, error) {
 	return nil, errUnsettled
 }
 
-// readBundleFiles reads every file of fsys that the loader reads (see
-// onlyBundleFiles).
+// readBundleFiles reads every file of fsys that OPA's loader reads: it
+// walks the tree the way the loader does (following symbolic links to
+// files and to directories, skipping what onlyBundleFiles skips).
 func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 	files := fstest.MapFS{}
-	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+	var walk func(p string, depth int) error
+	walk = func(p string, depth int) error {
+		if depth > maxBundleDepth {
+			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", p, maxBundleDepth)
+		}
+		info, err := fs.Stat(fsys, p)
 		if err != nil {
 			return err
 		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if skip := onlyBundleFiles(p, info, depthOf(p, ".")); skip || d.IsDir() {
-			if skip && d.IsDir() {
-				return fs.SkipDir
-			}
+		if onlyBundleFiles(p, info, depth) {
 			return nil
 		}
-		b, err := fs.ReadFile(fsys, p)
+		if !info.IsDir() {
+			b, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
+			return nil
+		}
+		entries, err := fs.ReadDir(fsys, p)
 		if err != nil {
 			return err
 		}
-		files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
+		for _, e := range entries {
+			if err := walk(path.Join(p, e.Name()), depth+1); err != nil {
+				return err
+			}
+		}
 		return nil
-	})
-	return files, err
+	}
+	return files, walk(".", 0)
 }
+
+// maxBundleDepth bounds how deep readBundleFiles descends, so that a
+// symbolic link loop is an error rather than a walk until the path is too
+// long.
+const maxBundleDepth = 64
 
 func sameFiles(a, b fstest.MapFS) bool {
 	if len(a) != len(b) {

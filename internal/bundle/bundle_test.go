@@ -3,6 +3,8 @@ package bundle_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -283,5 +285,46 @@ func TestRevisionTellsBundlesApart(t *testing.T) {
 	one := bundletest.Load(t, map[string]string{"a.rego": head + "b.rego" + other}, nil)
 	if two.Revision() == one.Revision() {
 		t.Fatalf("two different bundles share revision %s", one.Revision())
+	}
+}
+
+// TestLoadFollowsLinkedDirectories: a bundle directory that links in a
+// subdirectory (a shared blocklist, or a ConfigMap item kept in a
+// subdirectory behind ..data) is read through the link, as OPA's loader
+// reads it: its data decides, and its broken Rego is an error. A link
+// loop is an error, not a bundle without the looped part.
+func TestLoadFollowsLinkedDirectories(t *testing.T) {
+	const policy = "package autonomy\n\nimport rego.v1\n\ndefault allow := false\n\nallow if not data.blocklist.kinds[input.action.kind]\n"
+	dir := bundletest.Dir(t, map[string]string{"bundle/policy.rego": policy, "ext/blk/data.json": `{"kinds":{"tool.echo":true}}`})
+	root := filepath.Join(dir, "bundle")
+	if err := os.Symlink(filepath.Join(dir, "ext", "blk"), filepath.Join(root, "blocklist")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bundle.Load(context.Background(), root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[string]bool{"tool.echo": false, "tool.other": true} {
+		got, _, err := b.Allow(context.Background(), map[string]any{"action": map[string]any{"kind": kind}})
+		if err != nil || got != want {
+			t.Errorf("allow %s = %v, %v; want %v (the linked blocklist read)", kind, got, err, want)
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "ext", "blk", "broken.rego"), []byte("package autonomy\nallow if {\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bundle.Load(context.Background(), root, nil); err == nil || !strings.Contains(err.Error(), "broken.rego") {
+		t.Errorf("Load with broken Rego behind the link: %v, want an error naming broken.rego", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "ext", "blk", "broken.rego")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Symlink("..", filepath.Join(dir, "ext", "blk", "loop")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bundle.Load(context.Background(), root, nil); err == nil {
+		t.Error("Load of a bundle with a link loop succeeded")
 	}
 }

@@ -33,6 +33,13 @@ func (f *swappingFS) Open(name string) (fs.File, error) {
 	return f.versions[v].Open(name)
 }
 
+// Stat does not count as a read.
+func (f *swappingFS) Stat(name string) (fs.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.versions[f.cur].Stat(name)
+}
+
 func bundleVersion(allow, data string) fstest.MapFS {
 	return fstest.MapFS{
 		"policy.rego": {Data: []byte("package autonomy\nallow if input.action.kind in data.lists." + allow + "\n")},

@@ -227,7 +227,10 @@ func TestTracing(t *testing.T) {
 		// call makes the request with traceparent and returns the audit id.
 		call     func(t *testing.T, traceparent string) string
 		spanName string
-		logMsg   string
+		// serverSpan, when set, is the name the span's parent (the HTTP
+		// server's span) must have: its route.
+		serverSpan string
+		logMsg     string
 	}{
 		"grpc check": {traceID: "0af7651916cd43dd8448eb211c80319c", parentID: "b7ad6b7169203331",
 			call: func(t *testing.T, tp string) string {
@@ -250,7 +253,7 @@ func TestTracing(t *testing.T) {
 					t.Fatalf("http check: %d", resp.StatusCode)
 				}
 				return resp.Header.Get(binding.HeaderAuditID)
-			}, spanName: tracing.SpanCheck, logMsg: "decision"},
+			}, spanName: tracing.SpanCheck, serverSpan: "POST /v1/authz/", logMsg: "decision"},
 		"preflight": {traceID: "5b8efff798038103d269b633813fc60c", parentID: "eee19b7ec3c1b174",
 			call: func(t *testing.T, tp string) string {
 				return e.preflight(t, preflightBody("traced", "hi"), http.Header{"Traceparent": {tp}}).AuditID
@@ -293,6 +296,17 @@ func TestTracing(t *testing.T) {
 			// The chain of parents leads back to the caller's span.
 			if !leadsTo(spans, found, tc.parentID) {
 				t.Errorf("span %s does not descend from the caller's span %s", found.Name, tc.parentID)
+			}
+			if tc.serverSpan != "" {
+				var parent string
+				for i := range spans {
+					if spans[i].SpanContext.SpanID() == found.Parent.SpanID() {
+						parent = spans[i].Name
+					}
+				}
+				if parent != tc.serverSpan {
+					t.Errorf("the server span is named %q, want %q (its route)", parent, tc.serverSpan)
+				}
 			}
 			var logged bool
 			for _, l := range withMsg(e.logs.lines(t), tc.logMsg) {
@@ -544,5 +558,18 @@ func TestGRPCHandshakeTimeout(t *testing.T) {
 	_, err = io.Copy(io.Discard, conn)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the server still held the stalled connection after 30s")
+	}
+}
+
+// TestUpstreamTimeout: the gateway gives up on the upstream's answer a
+// second before http.write_timeout cuts the client off, so the 502 can be
+// written; half of it when the timeout is that short.
+func TestUpstreamTimeout(t *testing.T) {
+	for write, want := range map[time.Duration]time.Duration{
+		30 * time.Second: 29 * time.Second, time.Second: 500 * time.Millisecond, 0: 0,
+	} {
+		if got := upstreamTimeout(write); got != want {
+			t.Errorf("upstreamTimeout(%v) = %v, want %v", write, got, want)
+		}
 	}
 }

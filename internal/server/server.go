@@ -224,7 +224,9 @@ func (s *Server) Handler() http.Handler {
 			// which the gate reads as a runtime would (dot segments, doubled
 			// slashes): the ServeMux would answer a 307 to the cleaned path
 			// instead, a redirect the proxy hands the client, and no
-			// decision.
+			// decision. The pattern names the server span, as the
+			// ServeMux would.
+			r.Pattern = extauthz.HTTPPrefix + "/"
 			check.ServeHTTP(w, r)
 		case p != cleanPath(p):
 			// The ServeMux would redirect; no endpoint is named so.
