@@ -153,19 +153,25 @@ var errUnsettled = errors.New("the files kept changing while being read; the bun
 // allow what neither version does. Everything else is loaded from the
 // snapshot, so the revision digests exactly what was loaded.
 func snapshot(fsys fs.FS) (fstest.MapFS, error) {
-	prev, err := readBundleFiles(fsys)
-	if err != nil {
-		return nil, err
-	}
-	for range snapshotReads - 1 {
+	var prev fstest.MapFS
+	for range snapshotReads {
+		// A file gone between listing its directory and reading it (an old
+		// ConfigMap link removed after the swap) is a change too: read again.
 		next, err := readBundleFiles(fsys)
+		if errors.Is(err, fs.ErrNotExist) {
+			prev = nil
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		if sameFiles(prev, next) {
+		if prev != nil && sameFiles(prev, next) {
 			return next, nil
 		}
 		prev = next
+	}
+	if _, err := readBundleFiles(fsys); err != nil {
+		return nil, err // still missing: name it
 	}
 	return nil, errUnsettled
 }
@@ -177,9 +183,6 @@ func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 	files := fstest.MapFS{}
 	var walk func(p string, depth int) error
 	walk = func(p string, depth int) error {
-		if depth > maxBundleDepth {
-			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", p, maxBundleDepth)
-		}
 		info, err := fs.Stat(fsys, p)
 		if err != nil {
 			return err
@@ -195,6 +198,9 @@ func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 			files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
 			return nil
 		}
+		if depth > MaxDepth {
+			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", p, MaxDepth)
+		}
 		entries, err := fs.ReadDir(fsys, p)
 		if err != nil {
 			return err
@@ -209,10 +215,10 @@ func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 	return files, walk(".", 0)
 }
 
-// maxBundleDepth bounds how deep readBundleFiles descends, so that a
-// symbolic link loop is an error rather than a walk until the path is too
-// long.
-const maxBundleDepth = 64
+// MaxDepth bounds how deep a bundle's directories are read (and watched
+// for changes), so that a symbolic link loop is an error rather than a
+// walk until the path is too long.
+const MaxDepth = 64
 
 func sameFiles(a, b fstest.MapFS) bool {
 	if len(a) != len(b) {

@@ -328,3 +328,20 @@ func TestLoadFollowsLinkedDirectories(t *testing.T) {
 		t.Error("Load of a bundle with a link loop succeeded")
 	}
 }
+
+// TestLoadDepthBoundsOnlyWhatIsRead: the bound on nesting (against link
+// loops) applies to directories the loader reads, not to a file or a
+// hidden directory it skips at that depth.
+func TestLoadDepthBoundsOnlyWhatIsRead(t *testing.T) {
+	deep := strings.Repeat("d/", bundle.MaxDepth)
+	for _, extra := range []string{deep + "README.md", deep + ".git/x"} {
+		dir := bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, extra: "x"})
+		if _, err := bundle.Load(context.Background(), dir, nil); err != nil {
+			t.Errorf("Load with %s: %v", extra, err)
+		}
+	}
+	dir := bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, deep + "d/data.json": "{}"})
+	if _, err := bundle.Load(context.Background(), dir, nil); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Errorf("Load with data %d directories down: %v, want the nesting error", bundle.MaxDepth+1, err)
+	}
+}

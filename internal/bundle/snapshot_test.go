@@ -72,3 +72,40 @@ func TestSnapshotNeverMixesVersions(t *testing.T) {
 		t.Fatalf("snapshot of a bundle that never settles: %v, want errUnsettled", err)
 	}
 }
+
+// vanishingFS lists a file in its first directory listing that is gone by
+// the time it is opened (an old ConfigMap link removed after the swap),
+// then lists only what is there.
+type vanishingFS struct {
+	fstest.MapFS
+	listed bool
+}
+
+func (f *vanishingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	entries, err := f.MapFS.ReadDir(name)
+	if name == "." && !f.listed {
+		f.listed = true
+		gone := fstest.MapFS{"gone.rego": {Data: []byte("package gone\n")}}
+		more, _ := gone.ReadDir(".")
+		entries = append(entries, more...)
+	}
+	return entries, err
+}
+
+// TestSnapshotReadsAgainWhenAFileVanishes: a file gone between the listing
+// and its read is a change, not a failed reload; a file that stays missing
+// is still an error naming it.
+func TestSnapshotReadsAgainWhenAFileVanishes(t *testing.T) {
+	v := bundleVersion("a", `{"lists":{"a":["tool.echo"]}}`)
+	got, err := snapshot(&vanishingFS{MapFS: v})
+	if err != nil {
+		t.Fatalf("snapshot with a file gone after the listing: %v", err)
+	}
+	if !sameFiles(got, v) {
+		t.Fatalf("snapshot = %v, want what is there", got)
+	}
+	dangling := fstest.MapFS{"policy.rego": v["policy.rego"], "link.rego": {Mode: fs.ModeSymlink}}
+	if _, err := snapshot(dangling); err == nil {
+		t.Fatal("snapshot of a bundle with a file that cannot be read succeeded")
+	}
+}

@@ -2,13 +2,16 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/metrics"
 )
 
@@ -122,15 +125,41 @@ func (s *Server) watchBundle(ctx context.Context) {
 	}
 }
 
-// watchTree watches dir and every directory below it.
+// watchTree watches dir and every directory below it that the bundle
+// loader reads: through symbolic links to directories (a linked-in shared
+// directory is part of the bundle), not into hidden ones (the loader skips
+// them; a ConfigMap's ..data swap shows in dir itself), to the loader's
+// depth bound.
 func watchTree(w *fsnotify.Watcher, dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	var walk func(dir string, depth int) error
+	walk = func(dir string, depth int) error {
+		if depth > bundle.MaxDepth {
+			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", dir, bundle.MaxDepth)
+		}
+		if err := w.Add(dir); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return err
 		}
-		if d.IsDir() {
-			return w.Add(path)
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			if e.Type()&fs.ModeSymlink != 0 {
+				if st, err := os.Stat(p); err != nil || !st.IsDir() {
+					continue // a link to a file, or dangling: the directory's own watch sees it change
+				}
+			} else if !e.IsDir() {
+				continue
+			}
+			if err := walk(p, depth+1); err != nil {
+				return err
+			}
 		}
 		return nil
-	})
+	}
+	return walk(dir, 0)
 }

@@ -310,6 +310,35 @@ func TestReloadOnChmod(t *testing.T) {
 	})
 }
 
+// TestReloadWatchesLinkedDirectories: a directory linked into the bundle
+// is read as part of it, so a change inside it reloads the bundle too.
+func TestReloadWatchesLinkedDirectories(t *testing.T) {
+	dir := copyDefaultBundle(t)
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.MkdirAll(shared, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	writeAtomically(t, filepath.Join(shared, "data.json"), `{"v": 1}`)
+	if err := os.Symlink(shared, filepath.Join(dir, "shared")); err != nil {
+		t.Fatal(err)
+	}
+	e := obsStart(t, func(c *config.Config) {
+		c.Bundle = dir
+		c.Reload.Debounce = 20 * time.Millisecond
+	}, Options{ReadinessInterval: -1})
+	old := e.srv.BundleRevision()
+	// As in TestReloadOnChmod, the change is made again every 50th poll
+	// until the watch, which starts alongside the listeners, has seen it.
+	polls := 0
+	eventually(t, "a reload after a change in the linked directory", func() bool {
+		if polls%50 == 0 {
+			writeAtomically(t, filepath.Join(shared, "data.json"), fmt.Sprintf(`{"v": %d}`, 2+polls/50))
+		}
+		polls++
+		return e.srv.BundleRevision() != old
+	})
+}
+
 // TestReloadRefusesBadBundle writes bundles that do not load: each is
 // refused, the refusal is logged with the reason, and the old bundle keeps
 // answering every check, in flight or after.
