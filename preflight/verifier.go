@@ -184,10 +184,13 @@ func runContract(e *evaluation, c contract) (r Result, failedClosed string) {
 }
 
 // clauseRows runs the declared clauses on every step; each violation is a
-// blocking row. A panicking checker fails the decision closed.
+// blocking row. A panicking checker fails the decision closed. A plan over
+// MaxPlanSteps is refused by plan_shape whatever its clauses say, so they
+// are not run: each clause is cost-limited, but thousands of steps in one
+// request would multiply that limit (seconds of CPU, megabytes of rows).
 func clauseRows(req *Request, checker ClauseChecker) (rows []Result, failedClosed string) {
 	rows = []Result{}
-	if checker == nil {
+	if checker == nil || len(req.Plan.Steps) > MaxPlanSteps {
 		return rows, ""
 	}
 	for _, s := range req.Plan.Steps {

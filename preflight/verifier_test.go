@@ -463,3 +463,33 @@ func TestEvaluateConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// countingClauses counts the steps it is asked to check.
+type countingClauses struct{ calls *int }
+
+func (c countingClauses) Check(string, map[string]any) []ClauseViolation {
+	*c.calls++
+	return nil
+}
+func (c countingClauses) Unseen(string) []ClauseViolation { return nil }
+
+// TestOversizedPlanRunsNoClauses: a plan over MaxPlanSteps is refused by
+// plan_shape, so its clauses are not run: each is cost-limited, but
+// thousands of steps would multiply the limit in one request.
+func TestOversizedPlanRunsNoClauses(t *testing.T) {
+	v := NewVerifier(Options{Chain: testChain(), Now: fixedClock})
+	for steps, wantCalls := range map[int]int{MaxPlanSteps: MaxPlanSteps, MaxPlanSteps + 1: 0, 5000: 0} {
+		calls := 0
+		d, err := v.Evaluate(context.Background(), Input{Request: echoRequest(steps), Governance: loadGovernance(t),
+			Clauses: countingClauses{&calls}, Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != wantCalls {
+			t.Errorf("%d steps: clauses run on %d, want %d", steps, calls, wantCalls)
+		}
+		if steps > MaxPlanSteps && d.Outcome == OutcomePass {
+			t.Errorf("%d steps: outcome pass", steps)
+		}
+	}
+}

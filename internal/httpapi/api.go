@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -233,6 +234,10 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if path, ok := keyFieldsFit(req, env); !ok {
+		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, path, fmt.Sprintf("The value is longer than %d bytes; it names a record in the WAL.", MaxKeyFieldBytes), false)
+		return
+	}
 	digest, err := canon.Digest(json.RawMessage(body))
 	if err != nil {
 		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body is not canonicalizable JSON: "+err.Error(), false)
@@ -376,6 +381,35 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 }
 
 // idempotencyKey scopes the envelope's key by tenant and actor (SPEC §3.4).
+// MaxKeyFieldBytes bounds each request field that becomes part of a WAL
+// key (a repair session, an idempotency record): bbolt refuses keys over
+// 32 KiB, which would otherwise fail the commit and answer 503, inviting
+// a retry that can never succeed.
+const MaxKeyFieldBytes = 4096
+
+// keyFieldsFit reports whether every key-bearing field of the request is
+// within MaxKeyFieldBytes, and the JSON Pointer of the first that is not.
+func keyFieldsFit(req *preflight.Request, env *envelope.Envelope) (path string, ok bool) {
+	fields := []struct{ path, value string }{
+		{"/intent/plan_hash", req.Intent.PlanHash},
+		{"/context/actor/id", req.Context.Actor.ID},
+		{"/context/actor/session_id", req.Context.Actor.SessionID},
+	}
+	if env != nil {
+		fields = append(fields, []struct{ path, value string }{
+			{"/context/request/idempotencyKey", env.IdempotencyKey},
+			{"/context/request/actor/idRef", env.ActorIDRef},
+			{"/context/request/tenant/idRef", env.TenantIDRef},
+		}...)
+	}
+	for _, f := range fields {
+		if len(f.value) > MaxKeyFieldBytes {
+			return f.path, false
+		}
+	}
+	return "", true
+}
+
 func idempotencyKey(env *envelope.Envelope, req *preflight.Request) string {
 	actor := env.ActorIDRef
 	if actor == "" {

@@ -57,6 +57,20 @@ func TestErrorRows(t *testing.T) {
 			body:   func(t *testing.T) []byte { return append(readRequest(t, "echo_pass"), `{}`...) },
 			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
 		},
+		// Each of these becomes part of a WAL key, which bbolt caps at 32
+		// KiB: refused as the caller's error, not a 503 to retry.
+		"session id too long for a key": {
+			body: func(t *testing.T) []byte {
+				return edit(t, "echo_pass", map[string]any{"/context/actor/session_id": strings.Repeat("s", 40000)})
+			},
+			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/actor/session_id"},
+		},
+		"idempotency key too long for a key": {
+			body: func(t *testing.T) []byte {
+				return edit(t, "refund_pass", map[string]any{"/context/request/idempotencyKey": strings.Repeat("k", 40000)})
+			},
+			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/request/idempotencyKey"},
+		},
 		"wrong type intent": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/intent": "refund"}) },
 			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/intent"},
