@@ -80,3 +80,32 @@ func TestAuditTakesTheTokenFromTheEnvironment(t *testing.T) {
 		t.Fatalf("Authorization headers %q, want %q", got, want)
 	}
 }
+
+// TestTablesShowNoControlCharacters: text an agent wrote (a tool kind, a
+// step id) is printed with its control and bidi characters escaped, so
+// it cannot clear the operator's screen, retitle the terminal or reorder
+// a row.
+func TestTablesShowNoControlCharacters(t *testing.T) {
+	const hostile = "evil\x1b[2J\x1b]0;owned\x07\u202ekind\r\n"
+	attrs, _ := json.Marshal(map[string]any{"outcome": "deny", "reason": "policy: unknown_tool_kind", "tool_kind": hostile, "step_id": hostile})
+	var table bytes.Buffer
+	if err := PrintAuditTable(&table, "au_x", []wal.Frame{{Seq: 1, Kind: wal.KindDecision, Timestamp: "2026-06-23T14:29:00Z", Attrs: attrs}}); err != nil {
+		t.Fatal(err)
+	}
+	d := &preflight.Decision{Outcome: preflight.OutcomeDeny, Reason: "clause: precondition_violated",
+		ClauseResults: []preflight.Result{{Contract: hostile + ":precondition[0]", Outcome: preflight.RowFail,
+			Severity: preflight.SeverityBlocking, Reason: "clause: precondition_violated",
+			RepairHints: []preflight.Hint{{Field: "/plan/steps/0/" + hostile, Suggestion: hostile}}}}}
+	var decision bytes.Buffer
+	if err := PrintDecision(&decision, d, ""); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"audit table": table.String(), "decision": decision.String()} {
+		if strings.ContainsAny(out, "\x1b\x07\r\u202e") {
+			t.Errorf("%s holds a raw control or bidi character:\n%q", name, out)
+		}
+		if !strings.Contains(out, `evil\u001b[2J`) {
+			t.Errorf("%s does not show the escaped text:\n%s", name, out)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/display"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -138,7 +139,7 @@ func printAPIError(w io.Writer, u string, status int, body []byte) {
 		Errors []apiErr `json:"errors"`
 	}
 	if json.Unmarshal(body, &e) != nil || e.Error == nil {
-		fmt.Fprintf(w, "error: %s answered %d %s: %s\n", u, status, http.StatusText(status), strings.TrimSpace(string(body)))
+		fmt.Fprintf(w, "error: %s answered %d %s: %s\n", u, status, http.StatusText(status), display.Text(strings.TrimSpace(string(body))))
 		return
 	}
 	line := func(a apiErr) string {
@@ -152,7 +153,7 @@ func printAPIError(w io.Writer, u string, status int, body []byte) {
 		if a.Retryable {
 			s += " (retryable)"
 		}
-		return s
+		return display.Text(s) // the message may quote the request
 	}
 	fmt.Fprintf(w, "error: %d %s\n", status, line(*e.Error))
 	if len(e.Errors) > 1 {
@@ -165,14 +166,17 @@ func printAPIError(w io.Writer, u string, status int, body []byte) {
 // PrintDecision prints a preflight decision for a terminal. server, when
 // set, is used to print the explain page's address.
 func PrintDecision(w io.Writer, d *preflight.Decision, server string) error {
-	fmt.Fprintf(w, "outcome: %s\nreason:  %s\n", d.Outcome, d.Reason)
+	// Step ids, kinds and hints come from the request: no control or bidi
+	// character of the agent's reaches the operator's terminal.
+	t := display.Text
+	fmt.Fprintf(w, "outcome: %s\nreason:  %s\n", t(string(d.Outcome)), t(d.Reason))
 	if d.PreflightID != "" {
-		fmt.Fprintf(w, "preflight_id: %s\naudit_id:     %s\n", d.PreflightID, d.AuditID)
+		fmt.Fprintf(w, "preflight_id: %s\naudit_id:     %s\n", t(d.PreflightID), t(d.AuditID))
 	} else {
 		fmt.Fprintln(w, "dry run: nothing recorded, nothing bindable")
 	}
 	if d.Eligibility.Allowed {
-		fmt.Fprintf(w, "binds: %s until %s\n", strings.Join(d.Eligibility.BoundToolKinds, ", "), d.Eligibility.ExpiresAt)
+		fmt.Fprintf(w, "binds: %s until %s\n", t(strings.Join(d.Eligibility.BoundToolKinds, ", ")), d.Eligibility.ExpiresAt)
 	} else {
 		fmt.Fprintf(w, "binds: nothing (expires_at %s)\n", d.Eligibility.ExpiresAt)
 	}
@@ -182,7 +186,7 @@ func PrintDecision(w io.Writer, d *preflight.Decision, server string) error {
 	fmt.Fprintln(tw, "CONTRACT\tOUTCOME\tSEVERITY\tREASON")
 	rows := func(rs []preflight.Result) {
 		for _, r := range rs {
-			line := fmt.Sprintf("%s\t%s\t%s\t%s", r.Contract, r.Outcome, r.Severity, r.Reason)
+			line := fmt.Sprintf("%s\t%s\t%s\t%s", t(r.Contract), t(string(r.Outcome)), t(string(r.Severity)), t(r.Reason))
 			if r.Outcome == preflight.RowFail && r.Severity == preflight.SeverityAdvisory {
 				line += "\tADVISORY: recorded, does not change the outcome"
 			}
@@ -207,7 +211,7 @@ func PrintDecision(w io.Writer, d *preflight.Decision, server string) error {
 				if h.Bounded {
 					bounded = " (bounded)"
 				}
-				hints = append(hints, fmt.Sprintf("  %s → %s%s  [%s]", h.Field, s, bounded, r.Contract))
+				hints = append(hints, fmt.Sprintf("  %s → %s%s  [%s]", t(h.Field), t(string(s)), bounded, t(r.Contract)))
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/display"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -156,7 +157,7 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 	if len(frames) == 1 {
 		unit = "frame"
 	}
-	fmt.Fprintf(w, "audit %s: %d %s\n", auditID, len(frames), unit)
+	fmt.Fprintf(w, "audit %s: %d %s\n", display.Text(auditID), len(frames), unit)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tOUTCOME\tREASON\tDETAIL")
 	for _, f := range frames {
@@ -183,7 +184,10 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 				detail += " advisory " + a.Advisory
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Seq, f.Timestamp, strings.TrimPrefix(f.Kind, "autonomy."), a.Outcome, a.Reason, detail)
+		// Agents wrote much of this (tool kinds, step ids): no control or
+		// bidi character of theirs reaches the operator's terminal.
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Seq, display.Text(f.Timestamp), display.Text(strings.TrimPrefix(f.Kind, "autonomy.")),
+			display.Text(a.Outcome), display.Text(a.Reason), display.Text(detail))
 	}
 	return tw.Flush()
 }

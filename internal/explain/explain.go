@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/contractrefine/autonomy/internal/display"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -148,7 +149,10 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, data an
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	// html/template escapes markup, not control or bidi characters: the
+	// page is read with curl too, and an agent's escape sequences must not
+	// reach a terminal, nor an override reorder what a browser shows.
+	w.Write([]byte(display.Page(buf.String())))
 }
 
 // short trims a long id or hash for a table cell; the full value stays in

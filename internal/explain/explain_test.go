@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -299,5 +300,21 @@ func TestExplainPageEscapesRecordedText(t *testing.T) {
 	}
 	if n := len(all(doc, func(n *html.Node) bool { return n.Data == "b" })); n != 0 {
 		t.Fatalf("recorded markup became %d elements", n)
+	}
+}
+
+// TestExplainPageEscapesControlCharacters: html/template escapes markup,
+// not control or bidi characters; the page is read with curl too, so an
+// escape sequence in recorded text (here the id in a 404's message) is
+// shown escaped, never raw.
+func TestExplainPageEscapesControlCharacters(t *testing.T) {
+	fx := newFixture(t)
+	rec := serve(t, fx.db, nil, url.PathEscape("au_\x1b[2J\x1b]0;owned\x07\u202e"))
+	body := rec.Body.String()
+	if strings.ContainsAny(body, "\x1b\x07\u202e") {
+		t.Fatalf("page holds a raw control or bidi character:\n%q", body)
+	}
+	if !strings.Contains(body, `\u001b[2J`) {
+		t.Fatalf("page does not show the escaped id:\n%s", body)
 	}
 }
