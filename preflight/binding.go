@@ -10,14 +10,20 @@ import (
 
 // SessionKey names the request's repair session (INV-CR-6): the actor's
 // session id and the plan hash, under the actor's id so that one actor
-// cannot spend or read another's budget by naming its session, encoded as
-// a JSON array so that no two triples share a key. ok is false when the
-// session id or plan hash is empty.
-func (r *Request) SessionKey() (key string, ok bool) {
+// cannot spend or read another's budget by naming its session, and under
+// tenant (the envelope's, "" without one) so that one tenant cannot spend
+// another's; encoded as a JSON array so that no two share a key (a key
+// without a tenant keeps the three-element form it always had). ok is
+// false when the session id or plan hash is empty.
+func (r *Request) SessionKey(tenant string) (key string, ok bool) {
 	if r.Context.Actor.SessionID == "" || r.Intent.PlanHash == "" {
 		return "", false
 	}
-	b, err := json.Marshal([3]string{r.Context.Actor.ID, r.Context.Actor.SessionID, r.Intent.PlanHash})
+	parts := []string{r.Context.Actor.ID, r.Context.Actor.SessionID, r.Intent.PlanHash}
+	if tenant != "" {
+		parts = append(parts, tenant)
+	}
+	b, err := json.Marshal(parts)
 	if err != nil {
 		return "", false
 	}

@@ -11,29 +11,31 @@ import (
 
 func TestSessionKey(t *testing.T) {
 	cases := map[string]struct {
-		actor, session, plan string
-		want                 string
-		ok                   bool
+		actor, session, plan, tenant string
+		want                         string
+		ok                           bool
 	}{
-		"both":            {"user:alice", "session:001", "plan-882-v1", `["user:alice","session:001","plan-882-v1"]`, true},
-		"another actor":   {"user:mallory", "session:001", "plan-882-v1", `["user:mallory","session:001","plan-882-v1"]`, true},
-		"no session":      {"user:alice", "", "plan-882-v1", "", false},
-		"no plan hash":    {"user:alice", "session:001", "", "", false},
-		"separator in id": {"user:alice", `a","b`, "c", `["user:alice","a\",\"b","c"]`, true},
+		"both":            {"user:alice", "session:001", "plan-882-v1", "", `["user:alice","session:001","plan-882-v1"]`, true},
+		"another actor":   {"user:mallory", "session:001", "plan-882-v1", "", `["user:mallory","session:001","plan-882-v1"]`, true},
+		"a tenant":        {"user:alice", "session:001", "plan-882-v1", "acme", `["user:alice","session:001","plan-882-v1","acme"]`, true},
+		"another tenant":  {"user:alice", "session:001", "plan-882-v1", "globex", `["user:alice","session:001","plan-882-v1","globex"]`, true},
+		"no session":      {"user:alice", "", "plan-882-v1", "acme", "", false},
+		"no plan hash":    {"user:alice", "session:001", "", "", "", false},
+		"separator in id": {"user:alice", `a","b`, "c", "", `["user:alice","a\",\"b","c"]`, true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := &Request{Intent: Intent{PlanHash: tc.plan}, Context: Context{Actor: Actor{ID: tc.actor, SessionID: tc.session}}}
-			got, ok := r.SessionKey()
+			got, ok := r.SessionKey(tc.tenant)
 			if got != tc.want || ok != tc.ok {
-				t.Errorf("SessionKey() = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+				t.Errorf("SessionKey(%q) = %q, %v; want %q, %v", tc.tenant, got, ok, tc.want, tc.ok)
 			}
 		})
 	}
 	a := &Request{Intent: Intent{PlanHash: "b:c"}, Context: Context{Actor: Actor{SessionID: "a"}}}
 	b := &Request{Intent: Intent{PlanHash: "c"}, Context: Context{Actor: Actor{SessionID: "a:b"}}}
-	ka, _ := a.SessionKey()
-	kb, _ := b.SessionKey()
+	ka, _ := a.SessionKey("")
+	kb, _ := b.SessionKey("")
 	if ka == kb {
 		t.Errorf("distinct sessions share key %q", ka)
 	}

@@ -94,7 +94,7 @@ func writeCompactLog(t *testing.T, opts *Options) *compactLog {
 func sessionKeyOf(session string) string {
 	req := preflight.Request{Intent: preflight.Intent{PlanHash: "plan-1"},
 		Context: preflight.Context{Actor: preflight.Actor{ID: testBinding("").ActorID, SessionID: session}}}
-	k, _ := req.SessionKey()
+	k, _ := req.SessionKey("")
 	return k
 }
 

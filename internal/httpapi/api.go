@@ -280,7 +280,11 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	sessionKey, hasSession := req.SessionKey()
+	tenant := ""
+	if env != nil {
+		tenant = env.TenantIDRef
+	}
+	sessionKey, hasSession := req.SessionKey(tenant)
 	attempt, exhausted := 1, false
 	if hasSession {
 		unlock := a.lockSession(sessionKey)

@@ -192,7 +192,7 @@ func TestIdempotentReplay(t *testing.T) {
 		t.Errorf("replay after the deadline: status %d %s", late.status, late.body)
 	}
 	// A session attempt is spent once, by the decision, not by replays.
-	if s, _ := f.db.Session(t.Context(), `["user:example","session:001","plan-882-v1"]`); s.Attempts != 1 {
+	if s, _ := f.db.Session(t.Context(), `["user:example","session:001","plan-882-v1","tenant:demo"]`); s.Attempts != 1 {
 		t.Errorf("session attempts %d, want 1", s.Attempts)
 	}
 	if got := f.frames(); got != frames {
@@ -203,8 +203,14 @@ func TestIdempotentReplay(t *testing.T) {
 	otherTenant := edit(t, "refund_pass", map[string]any{"/context/request/tenant/idRef": "tenant:other"})
 	f.clock.Set(decisionTime)
 	r := f.post(otherTenant)
-	if o := mustDecision(t, r); o.PreflightID == d.PreflightID || r.header.Get("Idempotent-Replayed") != "" {
+	o := mustDecision(t, r)
+	if o.PreflightID == d.PreflightID || r.header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("same key in another tenant replayed %s", o.PreflightID)
+	}
+	// So is the repair session: the other tenant's first submission is its
+	// own attempt 1, not the demo tenant's attempt 2.
+	if o.Attempt != 1 {
+		t.Errorf("the other tenant's first submission of the session is attempt %d, want 1", o.Attempt)
 	}
 }
 
