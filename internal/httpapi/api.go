@@ -70,6 +70,11 @@ type Options struct {
 	BindingWindow time.Duration
 	// MaxRepairAttempts is contract_refine.max_repair_attempts.
 	MaxRepairAttempts int
+	// SessionWait bounds how long a submission waits, from its arrival,
+	// while other submissions of its repair session are decided (they are
+	// decided one at a time); past it the answer is a retryable 503 and
+	// nothing is recorded. Zero waits for as long as the client stays.
+	SessionWait time.Duration
 	// StoreRawRequests keeps the raw request in the preflight frame.
 	StoreRawRequests bool
 	Now              func() time.Time
@@ -93,7 +98,7 @@ type API struct {
 }
 
 type sessionLock struct {
-	mu   sync.Mutex
+	held chan struct{} // holds one token while a submission is decided
 	refs int
 }
 
@@ -287,7 +292,20 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	sessionKey, hasSession := req.SessionKey(tenant)
 	attempt, exhausted := 1, false
 	if hasSession {
-		unlock := a.lockSession(sessionKey)
+		// A client that has gone, or has waited past what it can still be
+		// answered in, is not decided for: its attempt would be spent on
+		// an answer nobody reads.
+		waitCtx := r.Context()
+		if a.o.SessionWait > 0 {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithDeadline(waitCtx, start.Add(a.o.SessionWait))
+			defer cancel()
+		}
+		unlock, err := a.lockSession(waitCtx, sessionKey)
+		if err != nil {
+			a.fail(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "Other submissions of this repair session are being decided; nothing was recorded, retry.", true)
+			return
+		}
 		defer unlock()
 		s, err := a.o.Store.Session(r.Context(), sessionKey)
 		if err != nil {
@@ -453,23 +471,28 @@ func (a *API) release(key string) {
 }
 
 // lockSession serialises the attempts of one repair session.
-func (a *API) lockSession(key string) (unlock func()) {
+func (a *API) lockSession(ctx context.Context, key string) (unlock func(), err error) {
 	a.mu.Lock()
 	l := a.sessions[key]
 	if l == nil {
-		l = &sessionLock{}
+		l = &sessionLock{held: make(chan struct{}, 1)}
 		a.sessions[key] = l
 	}
 	l.refs++
 	a.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	release := func() {
 		a.mu.Lock()
 		if l.refs--; l.refs == 0 {
 			delete(a.sessions, key)
 		}
 		a.mu.Unlock()
+	}
+	select {
+	case l.held <- struct{}{}:
+		return func() { <-l.held; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
 	}
 }
 

@@ -246,6 +246,42 @@ func TestIdempotencyInProgress(t *testing.T) {
 	}
 }
 
+// TestSessionWaitIsBounded: submissions of one repair session are decided
+// one at a time; one that waits past SessionWait (held up behind another
+// that is being recorded) gets a retryable 503 and records nothing, rather
+// than being decided after its client can no longer be answered.
+func TestSessionWaitIsBounded(t *testing.T) {
+	g := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
+	f := newFixture(t, withGate(g), func(o *httpapi.Options) { o.SessionWait = 50 * time.Millisecond })
+	done := make(chan response, 1)
+	go func() { done <- doHTTP(t, http.MethodPost, f.srv.URL+"/v1/preflight", readRequest(t, "echo_pass")) }()
+	<-g.entered
+	frames := f.frames()
+
+	// The same session, another submission (no envelope, no idempotency key).
+	second := edit(t, "echo_pass", map[string]any{"/intent/summary": "second"})
+	errs := mustError(t, f.post(second), http.StatusServiceUnavailable)
+	if errs[0].Code != httpapi.CodeVerifierUnavailable || !*errs[0].Retryable {
+		t.Errorf("got %+v, want a retryable verifier-unavailable", errs[0])
+	}
+	close(g.release)
+	go func() { // let later submissions through the gate
+		for range g.entered {
+		}
+	}()
+	defer close(g.entered)
+	if d := mustDecision(t, <-done); d.Attempt != 1 {
+		t.Errorf("the held submission is attempt %d, want 1", d.Attempt)
+	}
+	if got := f.frames(); got != frames+1 {
+		t.Errorf("%d frames written, want the held submission's alone", got-frames)
+	}
+	// The refused one spent nothing: the next submission is attempt 2.
+	if d := mustDecision(t, f.post(second)); d.Attempt != 2 {
+		t.Errorf("the next submission is attempt %d, want 2", d.Attempt)
+	}
+}
+
 // TestConcurrentSameKey races two POSTs with one idempotency key, many
 // times: one decides; the other is told it is in progress or gets the
 // replayed decision; never are there two different preflight ids.

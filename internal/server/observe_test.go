@@ -561,15 +561,16 @@ func TestGRPCHandshakeTimeout(t *testing.T) {
 	}
 }
 
-// TestUpstreamTimeout: the gateway gives up on the upstream's answer a
-// second before http.write_timeout cuts the client off, so the 502 can be
+// TestAnswerWindow: the gateway gives up on the upstream's answer, and a
+// preflight on the other submissions of its session, a second before
+// http.write_timeout cuts the client off, so their own answer can be
 // written; half of it when the timeout is that short.
-func TestUpstreamTimeout(t *testing.T) {
+func TestAnswerWindow(t *testing.T) {
 	for write, want := range map[time.Duration]time.Duration{
 		30 * time.Second: 29 * time.Second, time.Second: 500 * time.Millisecond, 0: 0,
 	} {
-		if got := upstreamTimeout(write); got != want {
-			t.Errorf("upstreamTimeout(%v) = %v, want %v", write, got, want)
+		if got := answerWindow(write); got != want {
+			t.Errorf("answerWindow(%v) = %v, want %v", write, got, want)
 		}
 	}
 }

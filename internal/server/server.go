@@ -157,6 +157,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
 		BindingWindow:     cfg.ContractRefine.BindingWindow,
 		MaxRepairAttempts: cfg.ContractRefine.MaxRepairAttempts,
+		SessionWait:       answerWindow(cfg.HTTP.WriteTimeout),
 		StoreRawRequests:  cfg.WAL.StoreRawRequests,
 		Now:               s.now,
 		NewPreflightID:    ids.Preflight,
@@ -238,10 +239,11 @@ func (s *Server) Handler() http.Handler {
 	return s.obs.tracing.Handler(s.sec.access.Handler(root))
 }
 
-// upstreamTimeout is how long the gateway waits for the upstream to start
-// its answer: a second less than http.write_timeout, after which the
-// client's connection is cut, so that the 502 can still be written.
-func upstreamTimeout(writeTimeout time.Duration) time.Duration {
+// answerWindow is how long a handler may wait on something else (the
+// gateway on the upstream's answer, a preflight on the other submissions
+// of its repair session) and still write its own answer: a second less
+// than http.write_timeout, after which the client's connection is cut.
+func answerWindow(writeTimeout time.Duration) time.Duration {
 	if writeTimeout <= 0 {
 		return 0
 	}
@@ -355,7 +357,7 @@ func (s *Server) Run(ctx context.Context) error {
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
 		gw := gateway.New(gateway.Options{Gate: s.checker, Upstream: up, API: s.Handler(),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
-			OnError: s.obs.metrics.APIError, UpstreamTimeout: upstreamTimeout(s.cfg.HTTP.WriteTimeout)})
+			OnError: s.obs.metrics.APIError, UpstreamTimeout: answerWindow(s.cfg.HTTP.WriteTimeout)})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
