@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -154,12 +155,13 @@ var errUnsettled = errors.New("the files kept changing while being read; the bun
 // snapshot, so the revision digests exactly what was loaded.
 func snapshot(fsys fs.FS) (fstest.MapFS, error) {
 	var prev fstest.MapFS
+	var missing error
 	for range snapshotReads {
 		// A file gone between listing its directory and reading it (an old
 		// ConfigMap link removed after the swap) is a change too: read again.
 		next, err := readBundleFiles(fsys)
 		if errors.Is(err, fs.ErrNotExist) {
-			prev = nil
+			prev, missing = nil, err
 			continue
 		}
 		if err != nil {
@@ -168,42 +170,77 @@ func snapshot(fsys fs.FS) (fstest.MapFS, error) {
 		if prev != nil && sameFiles(prev, next) {
 			return next, nil
 		}
-		prev = next
+		prev, missing = next, nil
 	}
-	if _, err := readBundleFiles(fsys); err != nil {
-		return nil, err // still missing: name it
+	if missing != nil {
+		return nil, missing // still missing at the last read: name it
 	}
 	return nil, errUnsettled
 }
 
-// readBundleFiles reads every file of fsys that OPA's loader reads: it
-// walks the tree the way the loader does (following symbolic links to
-// files and to directories, skipping what onlyBundleFiles skips).
+// readBundleFiles reads every file of fsys that OPA's loader reads.
 func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 	files := fstest.MapFS{}
+	err := walkBundle(fsys, func(p string, info fs.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
+		return nil
+	})
+	return files, err
+}
+
+// Dirs returns dir and every directory below it that Load reads, the
+// ones to watch for changes to the bundle in dir. An entry that cannot be
+// read (a dangling link, which Load refuses) is passed over: once it is
+// mended, the change shows in its directory's watch.
+func Dirs(dir string) ([]string, error) {
+	var dirs []string
+	err := walkBundle(os.DirFS(dir), func(p string, info fs.FileInfo, err error) error {
+		if err == nil && info.IsDir() {
+			dirs = append(dirs, filepath.Join(dir, filepath.FromSlash(p)))
+		}
+		if p == "." {
+			return err // dir itself must be there
+		}
+		return nil
+	})
+	return dirs, err
+}
+
+// walkBundle calls visit on every file and directory of fsys that OPA's
+// loader reads, walking the tree the way the loader does: following
+// symbolic links to files and to directories, skipping what
+// onlyBundleFiles skips, a directory before what it holds. As with
+// fs.WalkDirFunc, an entry that cannot be read is passed to visit with
+// its error (and a nil info), and the error visit returns ends the walk.
+func walkBundle(fsys fs.FS, visit func(p string, info fs.FileInfo, err error) error) error {
 	var walk func(p string, depth int) error
 	walk = func(p string, depth int) error {
 		info, err := fs.Stat(fsys, p)
 		if err != nil {
-			return err
+			return visit(p, nil, err)
 		}
 		if onlyBundleFiles(p, info, depth) {
 			return nil
 		}
 		if !info.IsDir() {
-			b, err := fs.ReadFile(fsys, p)
-			if err != nil {
-				return err
-			}
-			files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
-			return nil
+			return visit(p, info, nil)
 		}
 		if depth > MaxDepth {
 			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", p, MaxDepth)
 		}
+		if err := visit(p, info, nil); err != nil {
+			return err
+		}
 		entries, err := fs.ReadDir(fsys, p)
 		if err != nil {
-			return err
+			return visit(p, nil, err)
 		}
 		for _, e := range entries {
 			if err := walk(path.Join(p, e.Name()), depth+1); err != nil {
@@ -212,7 +249,7 @@ func readBundleFiles(fsys fs.FS) (fstest.MapFS, error) {
 		}
 		return nil
 	}
-	return files, walk(".", 0)
+	return walk(".", 0)
 }
 
 // MaxDepth bounds how deep a bundle's directories are read (and watched

@@ -345,3 +345,25 @@ func TestLoadDepthBoundsOnlyWhatIsRead(t *testing.T) {
 		t.Errorf("Load with data %d directories down: %v, want the nesting error", bundle.MaxDepth+1, err)
 	}
 }
+
+// TestDirs: the directories to watch are the ones Load reads: through a
+// link to a directory, not into a hidden one; a dangling link (which Load
+// refuses) is passed over, so the rest is still watched.
+func TestDirs(t *testing.T) {
+	dir := bundletest.Dir(t, map[string]string{"b/policy.rego": testPolicy, "b/sub/x.rego": testPolicy,
+		"b/.git/y": "", "ext/data.json": "{}"})
+	root := filepath.Join(dir, "b")
+	for link, target := range map[string]string{"linked": filepath.Join(dir, "ext"), "dangling": filepath.Join(dir, "gone")} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := bundle.Dirs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{root, filepath.Join(root, "linked"), filepath.Join(root, "sub")}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Dirs = %v, want %v", got, want)
+	}
+}

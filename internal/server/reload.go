@@ -2,11 +2,7 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -126,40 +122,18 @@ func (s *Server) watchBundle(ctx context.Context) {
 }
 
 // watchTree watches dir and every directory below it that the bundle
-// loader reads: through symbolic links to directories (a linked-in shared
-// directory is part of the bundle), not into hidden ones (the loader skips
-// them; a ConfigMap's ..data swap shows in dir itself), to the loader's
-// depth bound.
+// loader reads (bundle.Dirs): through symbolic links to directories (a
+// linked-in shared directory is part of the bundle), not into hidden ones
+// (the loader skips them; a ConfigMap's ..data swap shows in dir itself).
 func watchTree(w *fsnotify.Watcher, dir string) error {
-	var walk func(dir string, depth int) error
-	walk = func(dir string, depth int) error {
-		if depth > bundle.MaxDepth {
-			return fmt.Errorf("%s: directories nested deeper than %d (a symbolic link loop?)", dir, bundle.MaxDepth)
-		}
-		if err := w.Add(dir); err != nil {
-			return err
-		}
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			p := filepath.Join(dir, e.Name())
-			if strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-			if e.Type()&fs.ModeSymlink != 0 {
-				if st, err := os.Stat(p); err != nil || !st.IsDir() {
-					continue // a link to a file, or dangling: the directory's own watch sees it change
-				}
-			} else if !e.IsDir() {
-				continue
-			}
-			if err := walk(p, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
+	dirs, err := bundle.Dirs(dir)
+	if err != nil {
+		return err
 	}
-	return walk(dir, 0)
+	for _, d := range dirs {
+		if err := w.Add(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
