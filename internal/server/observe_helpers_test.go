@@ -223,13 +223,32 @@ func (e *obsEnv) mustCheck(t *testing.T, body string, headers map[string]string)
 // get fetches path from the HTTP listener.
 func (e *obsEnv) get(t *testing.T, path string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(e.base + path)
+	status, _, b := e.do(t, http.MethodGet, path, "")
+	return status, b
+}
+
+// noRedirects is a client that hands back a redirect instead of following
+// it, so a test sees the listener's own answer.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// do sends one request to the HTTP listener, path as given (no cleaning,
+// no redirect followed), and reads the answer whole.
+func (e *obsEnv) do(t *testing.T, method, path, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := noRedirects.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
 }
 
 // scrape reads /metrics and parses it with the Prometheus text parser.

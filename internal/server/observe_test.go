@@ -449,18 +449,9 @@ func TestErrorAnswersAreCounted(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want %d with code %s", tc.path, status, body, tc.status, tc.code)
 		}
 	}
-	req, err := http.NewRequest(http.MethodPost, e.base+"/healthz", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" ||
-		resp.Header.Get("Content-Type") != "application/json" {
-		t.Errorf("POST /healthz: %d, Allow %q, Content-Type %q", resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Content-Type"))
+	if status, h, _ := e.do(t, http.MethodPost, "/healthz", ""); status != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, HEAD" ||
+		h.Get("Content-Type") != "application/json" {
+		t.Errorf("POST /healthz: %d, Allow %q, Content-Type %q", status, h.Get("Allow"), h.Get("Content-Type"))
 	}
 	after := e.scrape(t)
 	for code, want := range map[string]float64{"not-found": 2, "unauthorized": 1, "method-not-allowed": 1} {
@@ -494,24 +485,6 @@ func TestCheckBodyFollowsTheBodyLimit(t *testing.T) {
 // client through the proxy, with no decision and no audit id.
 func TestNoRedirects(t *testing.T) {
 	e := obsStart(t, nil, Options{ReadinessInterval: -1})
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	do := func(method, path, body string) (int, http.Header, []byte) {
-		t.Helper()
-		req, err := http.NewRequest(method, e.base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, resp.Header, b
-	}
 	type errorBody struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -520,18 +493,18 @@ func TestNoRedirects(t *testing.T) {
 		} `json:"error"`
 	}
 	for _, p := range []string{"/v1/preflight//pf_x", "/v1/./audit/au_x", "//v1/audit/au_x", "/v1/audit", "/v1/preflight/pf_x/../pf_y"} {
-		status, h, b := do(http.MethodGet, p, "")
+		status, h, b := e.do(t, http.MethodGet, p, "")
 		var got errorBody
 		if status != http.StatusNotFound || h.Get("Content-Type") != "application/json" || json.Unmarshal(b, &got) != nil || got.Error.Code != "not-found" {
 			t.Errorf("GET %s: %d %s %s, want the JSON 404", p, status, h.Get("Location"), b)
 		}
 	}
-	if status, h, _ := do(http.MethodPut, "/ui/audit/au_x", ""); status != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, HEAD" {
+	if status, h, _ := e.do(t, http.MethodPut, "/ui/audit/au_x", ""); status != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, HEAD" {
 		t.Errorf("PUT /ui/audit/au_x: %d, Allow %q; want 405 with Allow: GET, HEAD", status, h.Get("Allow"))
 	}
 	call := `{"kind":"tool.shell","args":{"cmd":"id"}}`
 	for _, p := range []string{"/v1/tool", "/v1//tool", "//v1/tool", "/v1/./tool", "/v1/x/../tool"} {
-		status, _, b := do(http.MethodPost, extauthz.HTTPPrefix+p, call)
+		status, _, b := e.do(t, http.MethodPost, extauthz.HTTPPrefix+p, call)
 		var got errorBody
 		if status != http.StatusForbidden || json.Unmarshal(b, &got) != nil ||
 			got.Error.Reason != "contract: preflight_required" || got.Error.AuditID == "" {
