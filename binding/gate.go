@@ -476,7 +476,7 @@ func (g *Gate) auditID(c *call) string {
 // ;parameters (servlet containers route /v1/tool;a=b as /v1/tool) or the
 // last segment's .suffix (suffix pattern matching routes /v1/tool.json
 // there), and the path of an absolute or scheme-relative target
-// (http://x/v1/tool, //x/v1/tool). Also compared: the path decoded again,
+// (http://x/v1/tool, http:/v1/tool, //x/v1/tool: targetPaths). Also compared: the path decoded again,
 // leniently, while that changes it (a runtime that unescapes what its
 // proxy already unescaped: /v1/%2574ool), with backslashes read as slashes
 // (Windows hosts and some routers: /v1\tool), and the cleaned path without
@@ -487,13 +487,7 @@ func (g *Gate) gatesPath(p string) bool {
 	if p == g.o.Path {
 		return true
 	}
-	forms := []string{p}
-	if strings.HasPrefix(p, "//") || strings.Contains(p, "://") {
-		if u, err := url.Parse(p); err == nil && u.Host != "" {
-			forms = append(forms, u.EscapedPath())
-		}
-	}
-	for _, f := range forms {
+	for _, f := range targetPaths(p) {
 		decoded, err := url.PathUnescape(f)
 		if err != nil {
 			return true
@@ -510,6 +504,43 @@ func (g *Gate) gatesPath(p string) bool {
 		}
 	}
 	return false
+}
+
+// targetPaths are the paths a runtime could route the request target p
+// to: p itself and, for an absolute-form target (any scheme, with or
+// without an authority: http://x/v1/tool, http:/v1/tool, x:v1/tool) or a
+// scheme-relative one (//x/v1/tool), what follows the scheme and the
+// authority. Go's net/http parses any "scheme:" target with
+// url.ParseRequestURI and routes its path, so "http:/v1/tool" reaches
+// /v1/tool there. The scheme and authority are cut by hand, not by
+// url.Parse, so a target that does not parse is read the same way.
+func targetPaths(p string) []string {
+	forms := []string{p}
+	rest := p
+	if i := strings.IndexByte(rest, ':'); i > 0 && isScheme(rest[:i]) {
+		rest = rest[i+1:]
+		forms = append(forms, rest)
+	}
+	if after, ok := strings.CutPrefix(rest, "//"); ok {
+		if i := strings.IndexAny(after, `/\`); i >= 0 {
+			forms = append(forms, after[i:])
+		}
+	}
+	return forms
+}
+
+// isScheme reports whether s is a URI scheme (RFC 3986 §3.1).
+func isScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // maxDecodes bounds how many times gatesPath unescapes a path: once for

@@ -18,7 +18,16 @@ func TestGatesPath(t *testing.T) {
 		"/v1/tool%00.json":       true,
 		"http://runtime/v1/tool": true,
 		"//evil/v1/tool":         true,
-		"/v1/tool%zz":            true, // does not decode: checked
+		"http:/v1/tool":          true, // net/http routes it to /v1/tool
+		"HTTP:/v1/tool":          true,
+		"x-y.z+1:/v1/tool":       true,
+		"http:v1/tool":           true,
+		"https:///v1/tool":       true,
+		`http://x\v1/tool`:       true,
+		"http:/v1/tool%zz":       true,
+		"http:/v1/x":             false,
+		"1http:/v1/tool":         false, // no scheme: the path /1http:/v1/tool
+		"/v1/tool%zz":            true,  // does not decode: checked
 		"/v1/tool%23x":           true,
 		"/v1/tool%3Fx=1":         true,
 		"/v1/tool.json":          true,

@@ -230,6 +230,23 @@ func TestGRPCDenies(t *testing.T) {
 	wantAllowed(t, resp, metadata(resp)["audit_id"].(string), "advisory", preflight.ReasonPreflightRequired, preflight.ReasonPreflightRequired)
 }
 
+// TestGRPCGatesEverySpelling: a Check whose path is a spelling of the gate
+// path that a runtime routes to it (Go's net/http routes the absolute-form
+// target "http:/v1/tool" to /v1/tool) runs the ladder: without a preflight
+// the call is refused, never judged ungated and allowed.
+func TestGRPCGatesEverySpelling(t *testing.T) {
+	e := newEnv(t, binding.ModeEnforce)
+	c := serveGRPC(t, e.gate)
+	for _, p := range []string{"http:/v1/tool", "HTTPS:/v1/tool", "http:v1/tool", "http://runtime/v1/tool", "//runtime/v1/tool"} {
+		t.Run(p, func(t *testing.T) {
+			req := envoyCheck("tool.shell", map[string]any{"cmd": "ls"}, "", "req-"+p)
+			req.Attributes.Request.Http.Path = p
+			req.Attributes.Request.Http.Headers[":path"] = p
+			wantDenied(t, check(t, c, req), codes.PermissionDenied, typev3.StatusCode_Forbidden, preflight.ReasonPreflightRequired)
+		})
+	}
+}
+
 // TestGRPCDeniesWhatItCannotDescribe: a CheckRequest with no HTTP request
 // in it (the shape Envoy's network-level ext_authz filter sends), and one
 // whose method or path fields name another request than its :method and
