@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -160,6 +162,21 @@ func (a *API) fail(w http.ResponseWriter, status int, code, path, message string
 	writeError(w, status, code, path, message, retryable)
 }
 
+// jsonMediaType reports whether a Content-Type names JSON:
+// application/json or a +json type, with any parameters. An absent header
+// is taken as JSON (RFC 9110 §8.3 lets the recipient decide), so clients
+// that send none keep working; a declared non-JSON type never is.
+func jsonMediaType(contentType string) bool {
+	if contentType == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
 // dryRunOf reads ?dry_run: absent is a real run; a value strconv.ParseBool
 // takes decides; anything else, the parameter twice, any other parameter
 // (dry-run, dryRun, DRY_RUN), or a query that does not parse (url.Values
@@ -191,6 +208,12 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if a.o.Disabled {
 		a.fail(w, http.StatusServiceUnavailable, CodePreflightDisabled, "", "Preflight is disabled (contract_refine.mode: disabled).", false)
+		return
+	}
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
+		// Refused before the body is read: a form or text body is not a
+		// PreflightRequest, and deciding it would spend an attempt.
+		a.fail(w, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "", "The request body must be JSON: send Content-Type: application/json.", false)
 		return
 	}
 	tooLarge := func() {

@@ -16,6 +16,7 @@ const (
 	CodeIdempotencyKeyReused    = "idempotency-key-reused"
 	CodeIdempotencyInProgress   = "idempotency-in-progress"
 	CodeRequestTooLarge         = "request-too-large"
+	CodeUnsupportedMediaType    = "unsupported-media-type"
 	CodePreflightDisabled       = "preflight-disabled"
 	CodeVerifierUnavailable     = "verifier-unavailable"
 	CodeNotFound                = "not-found"

@@ -131,14 +131,20 @@ func doHTTP(t testing.TB, method, url string, body []byte) response {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return send(t, req)
+}
+
+// send makes the request and reads the answer whole.
+func send(t testing.TB, req *http.Request) response {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }

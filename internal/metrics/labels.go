@@ -32,7 +32,7 @@ var knownReasons = []string{
 var knownCodes = []string{
 	httpapi.CodeMalformedRequest, httpapi.CodeValidationFailed, httpapi.CodeUnsupportedVersion,
 	httpapi.CodeDeadlineExceeded, httpapi.CodeIdempotencyKeyReused, httpapi.CodeIdempotencyInProgress,
-	httpapi.CodeRequestTooLarge, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
+	httpapi.CodeRequestTooLarge, httpapi.CodeUnsupportedMediaType, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
 	httpapi.CodeNotFound, httpapi.CodeUnauthorized, httpapi.CodeMethodNotAllowed,
 	access.CodeRemoteReadsForbidden,
 	gateway.CodeUpstreamUnavailable, gateway.CodePathRejected, gateway.CodeUpgradeRefused,

@@ -1,0 +1,63 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+
+	"github.com/contractrefine/autonomy/internal/httpapi"
+)
+
+// TestPreflightMediaType: a body declared as anything but JSON is refused
+// with 415 before anything is recorded or spent; JSON with parameters, a
+// +json type and an absent header are decided.
+func TestPreflightMediaType(t *testing.T) {
+	cases := map[string]struct {
+		contentType string
+		status      int
+	}{
+		"json":              {"application/json", 200},
+		"json charset":      {"application/json; charset=utf-8", 200},
+		"json upper case":   {"Application/JSON", 200},
+		"plus json":         {"application/vnd.autonomy.preflight+json", 200},
+		"absent":            {"", 200},
+		"text":              {"text/plain", 415},
+		"form":              {"application/x-www-form-urlencoded", 415},
+		"multipart":         {"multipart/form-data; boundary=x", 415},
+		"json lookalike":    {"application/jsonx", 415},
+		"unparsable":        {"application/json; =", 415},
+		"octet stream":      {"application/octet-stream", 415},
+		"text json lookali": {"text/json", 415},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			body := readRequest(t, "read_repair")
+			req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/preflight", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.contentType != "" {
+				req.Header.Set("Content-Type", tc.contentType)
+			}
+			r := send(t, req)
+			if r.status != tc.status {
+				t.Fatalf("Content-Type %q: status %d, want %d: %s", tc.contentType, r.status, tc.status, r.body)
+			}
+			if tc.status != http.StatusUnsupportedMediaType {
+				return
+			}
+			if errs := mustError(t, r, tc.status); errs[0].Code != httpapi.CodeUnsupportedMediaType {
+				t.Errorf("code %q, want %q", errs[0].Code, httpapi.CodeUnsupportedMediaType)
+			}
+			if got := f.frames(); got != 0 {
+				t.Errorf("a refused body left %d frames", got)
+			}
+			// The next JSON submission of the session is still its first.
+			d := mustDecision(t, f.post(body))
+			if d.Attempt != 1 {
+				t.Errorf("attempt after a refused body: %d, want 1", d.Attempt)
+			}
+		})
+	}
+}
