@@ -2,6 +2,12 @@ package binding
 
 import "errors"
 
+// ErrPartialBody is the Request.BodyErr of a call whose body arrived cut
+// short: Envoy marked it (x-envoy-auth-partial-body: true) or its
+// Content-Length is larger than the body received. The gate refuses it as
+// gate: partial_body rather than judge args it has only part of.
+var ErrPartialBody = errors.New("binding: the request body arrived incomplete")
+
 // The errors a gated call is refused with as gate: malformed_tool_call.
 var (
 	// errNoRequestLine: the check names no method or no path. It describes
@@ -11,6 +17,9 @@ var (
 	// errLineConflict: the check's own line is a gated call that its
 	// forwarded headers describe as another request.
 	errLineConflict = errors.New("binding: the check's own line is a gated call and its forwarded headers name another request")
+	// errBodyTooLarge: the body is over Options.MaxBodyBytes, the limit
+	// every adapter applies (http.max_body_bytes).
+	errBodyTooLarge = errors.New("binding: request body over http.max_body_bytes")
 	// errNoKind: neither the body nor the kind header names a tool kind.
 	errNoKind = errors.New("binding: no tool kind in the request")
 	// errDuplicateKey: one object in the body names a member twice, or two

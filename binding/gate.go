@@ -37,15 +37,20 @@ const (
 
 // Header names of SPEC §5.
 const (
-	HeaderPreflightID     = "x-autonomy-preflight-id"
-	HeaderRequestID       = "x-request-id"
-	HeaderAuditID         = "x-autonomy-audit-id"
-	HeaderAdvisoryReason  = "x-autonomy-advisory-reason"
-	DefaultCacheTTL       = 60 * time.Second
-	DefaultCacheSize      = 100000
-	defaultGatePath       = "/v1/tool"
-	reasonPolicyAllowed   = "policy: allowed"
-	reasonMalformedCall   = "gate: malformed_tool_call"
+	HeaderPreflightID    = "x-autonomy-preflight-id"
+	HeaderRequestID      = "x-request-id"
+	HeaderAuditID        = "x-autonomy-audit-id"
+	HeaderAdvisoryReason = "x-autonomy-advisory-reason"
+	DefaultCacheTTL      = 60 * time.Second
+	DefaultCacheSize     = 100000
+	defaultGatePath      = "/v1/tool"
+	reasonPolicyAllowed  = "policy: allowed"
+	reasonMalformedCall  = "gate: malformed_tool_call"
+	reasonPartialBody    = "gate: partial_body"
+	// headerPartialBody is what Envoy sets on a check whose buffered body
+	// was cut at with_request_body.max_request_bytes
+	// (allow_partial_message: true).
+	headerPartialBody     = "x-envoy-auth-partial-body"
 	reasonVerifierMissing = preflight.ReasonVerifierUnavailable
 )
 
@@ -96,6 +101,11 @@ type Options struct {
 	KindHeader string
 	// ActorHeader, when set, names the header carrying the caller identity.
 	ActorHeader string
+	// MaxBodyBytes, when positive, is http.max_body_bytes: a gated body
+	// longer than it is refused as gate: malformed_tool_call, whichever
+	// adapter it came through, so a call the HTTP check would refuse is
+	// refused by the gRPC Check too.
+	MaxBodyBytes int64
 	// CacheTTL is the binding-cache TTL ceiling (at most 60 s).
 	CacheTTL  time.Duration
 	CacheSize int
@@ -354,6 +364,9 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	if c.gated && c.contract == "" {
 		if err := g.readCall(c); err != nil {
 			c.contract = reasonMalformedCall
+			if errors.Is(err, ErrPartialBody) {
+				c.contract = reasonPartialBody
+			}
 			c.errDetail = err
 		}
 	}
@@ -385,7 +398,10 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	}
 	d.AuditID = g.auditID(c)
 
-	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || c.contract == reasonMalformedCall)
+	// A call the gate cannot read whole is refused in every mode: it cannot
+	// be put to the policy faithfully.
+	unreadable := c.contract == reasonMalformedCall || c.contract == reasonPartialBody
+	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || unreadable)
 	if enforceContract {
 		d.Status, d.Reason = http.StatusForbidden, c.contract
 		return g.record(ctx, c, d, now)
@@ -648,7 +664,13 @@ func (g *Gate) readCall(c *call) error {
 	if c.req.BodyErr != nil {
 		return c.req.BodyErr
 	}
+	if strings.EqualFold(strings.TrimSpace(c.req.Headers[headerPartialBody]), "true") {
+		return ErrPartialBody
+	}
 	body := c.req.Body
+	if g.o.MaxBodyBytes > 0 && int64(len(body)) > g.o.MaxBodyBytes {
+		return errBodyTooLarge
+	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if g.o.KindHeader == "" {
 			return errNoKind

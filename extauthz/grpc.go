@@ -3,6 +3,7 @@ package extauthz
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -106,7 +107,24 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 	} else if b := h.GetBody(); b != "" {
 		r.Body = []byte(b)
 	}
+	if declaredLonger(r.Headers["content-length"], len(r.Body)) {
+		// Envoy sent less than the request holds (a body cut at
+		// max_request_bytes, or a filter that does not buffer it): the
+		// args the runtime would get are not the args judged.
+		r.BodyErr = binding.ErrPartialBody
+	}
 	return r
+}
+
+// declaredLonger reports whether a Content-Length value declares more bytes
+// than received. A value that is not a number is left to the proxy, which
+// refuses such requests itself.
+func declaredLonger(contentLength string, received int) bool {
+	if contentLength == "" {
+		return false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(contentLength), 10, 64)
+	return err == nil && n > int64(received)
 }
 
 // pseudoHeader is a request attribute given as both a field and a pseudo

@@ -134,6 +134,9 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 		"oversized body": {http.MethodPost, "/v1/authz/v1/tool", nil, big, 403, "gate: malformed_tool_call"},
 		"oversized body, forwarded": {http.MethodPost, "/v1/authz",
 			map[string]string{"X-Forwarded-Method": "POST", "X-Forwarded-Uri": "/v1/tool"}, big, 403, "gate: malformed_tool_call"},
+		// Envoy's http_service marks a body cut at max_request_bytes.
+		"body marked partial": {http.MethodPost, "/v1/authz/v1/tool",
+			map[string]string{"X-Envoy-Auth-Partial-Body": "true"}, []byte(`{"kind":"tool.echo","args":{}}`), 403, "gate: partial_body"},
 		"gated, no body, no kind header": {http.MethodPost, "/v1/authz/v1/tool", nil, nil, 403, "gate: malformed_tool_call"},
 		"not the gated path":             {http.MethodPost, "/v1/authz/v1/other", nil, echoBody(), 200, ""},
 		"GET of the gated path":          {http.MethodGet, "/v1/authz/v1/tool", nil, nil, 200, ""},

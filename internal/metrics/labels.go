@@ -24,7 +24,7 @@ var knownReasons = []string{
 	preflight.ReasonDecisionChainIncomplete, preflight.ReasonChainUnverifiableOffline,
 	preflight.ReasonPreconditionViolated, preflight.ReasonInvariantViolated,
 	preflight.ReasonPostconditionViolated,
-	"policy: allowed", "policy: denied", "gate: malformed_tool_call",
+	"policy: allowed", "policy: denied", "gate: malformed_tool_call", "gate: partial_body",
 }
 
 // knownCodes are the error codes the HTTP API, its access check, the gate

@@ -138,6 +138,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		ArgsPointer:      cfg.Gate.ArgsPointer,
 		KindHeader:       cfg.Gate.KindHeader,
 		ActorHeader:      cfg.Gate.ActorHeader,
+		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
 		CacheTTL:         cfg.ContractRefine.BindingCacheTTL,
 		CacheSize:        cfg.ContractRefine.BindingCacheSize,
 		StoreRawRequests: cfg.WAL.StoreRawRequests,
