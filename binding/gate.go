@@ -113,9 +113,13 @@ type Options struct {
 	StoreRawRequests bool
 	Now              func() time.Time
 	// NewID returns a fresh audit id for calls not bound to a preflight.
-	NewID    func() string
-	Logger   *slog.Logger
-	Observer Observer
+	NewID  func() string
+	Logger *slog.Logger
+	// NoDecisionLog drops the info line each decision gets (log.decisions
+	// false); errors are still logged. The decision frame is written either
+	// way.
+	NoDecisionLog bool
+	Observer      Observer
 }
 
 // Gate runs the decision for gated requests. It is safe for concurrent use.
@@ -442,7 +446,7 @@ func clauseViolations(cc preflight.ClauseChecker, c *call) []preflight.ClauseVio
 // or the body: those may carry credentials or personal data, and the WAL
 // keeps their digest. ctx carries the trace, so the line joins the span.
 func (g *Gate) logDecision(ctx context.Context, d *Decision) {
-	if !g.o.Logger.Enabled(ctx, slog.LevelInfo) {
+	if g.o.NoDecisionLog || !g.o.Logger.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
 	outcome, reason, enforced := d.Recorded()

@@ -36,7 +36,7 @@ func benchServe(b *testing.B, gate Checker) authv3.AuthorizationClient {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(CodecOption())
 	NewServer(gate).Register(gs)
 	go gs.Serve(ln)
 	b.Cleanup(gs.Stop)

@@ -31,7 +31,7 @@ func serveGRPC(t testing.TB, gate extauthz.Checker) authv3.AuthorizationClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(extauthz.CodecOption())
 	extauthz.NewServer(gate).Register(srv)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)

@@ -6,7 +6,10 @@
 // for. It prints throughput, p50 and p99 per scenario, the CPU the measured
 // process spent per call, the service's WAL commits per call and writes per
 // commit (from its /metrics), the ratios to the floors and the service's
-// RSS, and checks the goals of issue 7.
+// RSS, and checks the goals of issue 22. With -opa-envoy BIN it runs
+// OPA-Envoy beside the service, without and with its decision log
+// (opaenvoy.go), and takes the service's ratios to it; it first measures the
+// least durable bbolt write on the same file system (boltfloor.go).
 //
 // Scenarios against the service:
 //
@@ -38,6 +41,7 @@
 //	go run ./e2e/load -duration 5s -conc 1,8,64
 //	go run ./e2e/load -fill 1000000 -cached 100000     # the scale checks too
 //	go run ./e2e/load -bin ./autonomy -json out.json   # a prebuilt binary; results as JSON
+//	go run ./e2e/load -opa-envoy /tmp/opa-envoy        # beside OPA-Envoy (docs/PERFORMANCE.md)
 //
 // Without -bin it builds ./cmd/autonomy into a temporary directory first.
 // docs/PERFORMANCE.md records the figures of a run and how to read them.

@@ -89,17 +89,25 @@ func drive(ctx context.Context, conc int, d time.Duration, limit int, fn call) r
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	slices.Sort(all)
-	r := result{Conc: conc, Calls: len(all), Errors: int(errs.Load()), Seconds: elapsed.Seconds()}
+	r := summarize(conc, all, elapsed)
+	r.Errors = int(errs.Load())
 	if s, ok := firstErr.Load().(string); ok {
 		r.FirstError = s
 	}
-	if len(all) > 0 {
-		r.PerSecond = float64(len(all)) / elapsed.Seconds()
-		r.P50Micros = micros(all[len(all)/2])
-		r.P99Micros = micros(all[min(len(all)-1, len(all)*99/100)])
-	}
 	r.RanOutOfIDs = limit > 0 && int(next.Load()) >= limit && elapsed < d
+	return r
+}
+
+// summarize is the result of the calls timed in lat (sorted here) over
+// elapsed at conc.
+func summarize(conc int, lat []time.Duration, elapsed time.Duration) result {
+	slices.Sort(lat)
+	r := result{Conc: conc, Calls: len(lat), Seconds: elapsed.Seconds()}
+	if len(lat) > 0 {
+		r.PerSecond = float64(len(lat)) / elapsed.Seconds()
+		r.P50Micros = micros(lat[len(lat)/2])
+		r.P99Micros = micros(lat[min(len(lat)-1, len(lat)*99/100)])
+	}
 	return r
 }
 

@@ -79,8 +79,11 @@ func TestLoadRunsBriefly(t *testing.T) {
 			}
 		}
 	}
-	if len(rep.Runs) != 10*len(cfg.conc) {
-		t.Errorf("%d runs, want %d", len(rep.Runs), 10*len(cfg.conc))
+	if least := rep.find(targetStore, scBoltWrite, 1); least.Calls == 0 || least.P50Micros <= 0 {
+		t.Errorf("least bbolt write: %+v", least)
+	}
+	if len(rep.Runs) != 10*len(cfg.conc)+1 {
+		t.Errorf("%d runs, want %d", len(rep.Runs), 10*len(cfg.conc)+1)
 	}
 	if m := rep.Memory; m.RSS <= 0 || m.Peak < m.RSS || m.Anon <= 0 || m.Anon+m.File > m.RSS || m.WAL <= 0 || m.WAL > m.File {
 		t.Errorf("memory %+v", m)
@@ -92,14 +95,16 @@ func TestLoadRunsBriefly(t *testing.T) {
 		t.Errorf("frames: %d preflights, %d file bytes, %d used, %.0f per stored frame",
 			rep.FramePreflights, rep.FileBytes, rep.UsedBytes, rep.FrameBytesPer)
 	}
-	// Every goal this run could measure was judged: four throughput ratios
+	// Every goal this run could measure was judged: the throughput ratios
 	// at 64 are absent (the run went to 4), the serial p50 ratio, the filled
 	// WAL p50 for consume and preflight at each concurrency, RSS and size.
 	if n := 1 + 2*len(cfg.conc) + 2; len(rep.Goals) != n {
 		t.Errorf("%d goals judged, want %d: %+v", len(rep.Goals), n, rep.Goals)
 	}
-	if !strings.Contains(out.String(), "goals (issue 7):") {
-		t.Errorf("no goals section in the output")
+	for _, line := range []string{"goals (issue 22", "opa-envoy rows skipped: no -opa-envoy binary given"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no %q in the output", line)
+		}
 	}
 	raw, err := os.ReadFile(cfg.jsonPath)
 	if err != nil {
@@ -108,6 +113,52 @@ func TestLoadRunsBriefly(t *testing.T) {
 	var back report
 	if err := json.Unmarshal(raw, &back); err != nil || len(back.Runs) != len(rep.Runs) || len(back.Goals) != len(rep.Goals) {
 		t.Fatalf("JSON report: %v (%d runs, %d goals)", err, len(back.Runs), len(back.Goals))
+	}
+}
+
+// TestLoadBesideOPAEnvoy runs the main scenarios for a moment beside
+// OPA-Envoy, without and with its decision log, when AUTONOMY_OPA_ENVOY
+// names an opa-envoy-plugin binary (built from its repository: it is not on
+// the module proxy, and CI does not build it), and checks every OPA-Envoy
+// row ran, answered as its policy says, and was judged against.
+func TestLoadBesideOPAEnvoy(t *testing.T) {
+	opa := os.Getenv("AUTONOMY_OPA_ENVOY")
+	if opa == "" {
+		t.Skip("AUTONOMY_OPA_ENVOY is not set: no opa-envoy-plugin binary to measure beside the service")
+	}
+	bin := filepath.Join(t.TempDir(), "autonomy")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/contractrefine/autonomy/cmd/autonomy").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg, err := parseFlags([]string{"-bin", bin, "-duration", "150ms", "-conc", "1,64", "-frames", "0",
+		"-max-ids", "2000", "-opa-envoy", opa, "-no-decision-log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("load output:\n%s", out.String())
+	for _, target := range []string{targetOPA, targetOPALog} {
+		for _, conc := range cfg.conc {
+			if r := rep.find(target, scOPAAllow, conc); r.Calls == 0 || r.Errors != 0 || r.CPUMicros <= 0 {
+				t.Errorf("%s at %d: %+v", target, conc, r)
+			}
+		}
+	}
+	if rep.OPADecisionLogBytes < 1000 {
+		t.Errorf("opa-envoy's decision log holds %d bytes", rep.OPADecisionLogBytes)
+	}
+	// Four ratios to OPA-Envoy at 64, preflight to the HTTP floor, serial.
+	if len(rep.Goals) != 6 {
+		t.Errorf("%d goals judged, want 6: %+v", len(rep.Goals), rep.Goals)
+	}
+	if !strings.Contains(out.String(), "log.decisions false") || strings.Contains(out.String(), "rows skipped") {
+		t.Errorf("output does not say how the service and OPA-Envoy ran:\n%s", out.String())
 	}
 }
 

@@ -172,12 +172,16 @@ type serviceAddrs struct {
 }
 
 // startService runs `autonomy serve` in enforce mode on dataDir, logging (at
-// the default level, info: one line per decision) to a file beside it, and
-// waits for its "listening" line.
-func startService(bin, dataDir string, env []string) (*proc, serviceAddrs, error) {
+// the default level, info: with decisionLog one line per decision, as by
+// default) to a file beside it, and waits for its "listening" line.
+func startService(bin, dataDir string, env []string, decisionLog bool) (*proc, serviceAddrs, error) {
 	var addrs serviceAddrs
 	cfg := filepath.Join(dataDir, "autonomy.yaml")
-	if err := os.WriteFile(cfg, []byte("contract_refine:\n  mode: enforce\n"), 0o600); err != nil {
+	yaml := "contract_refine:\n  mode: enforce\n"
+	if !decisionLog {
+		yaml += "log:\n  decisions: false\n"
+	}
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return nil, addrs, err
 	}
 	logPath := filepath.Join(dataDir, "serve.log")

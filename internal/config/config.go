@@ -113,6 +113,10 @@ type WAL struct {
 type Log struct {
 	// Level is debug, info, warn or error.
 	Level string `yaml:"level"`
+	// Decisions writes one info line per decision (a Check's `decision`,
+	// a preflight's `preflight decided`). The WAL holds every decision
+	// durably either way; off saves the line's formatting and write.
+	Decisions bool `yaml:"decisions"`
 }
 
 // Policy holds the policy evaluation keys.
@@ -208,7 +212,7 @@ func Default() Config {
 			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
 		Gate:    Gate{Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
 		WAL:     WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
-		Log:     Log{Level: "info"},
+		Log:     Log{Level: "info", Decisions: true},
 		Policy:  Policy{Timeout: 250 * time.Millisecond},
 		Tracing: Tracing{SampleRatio: 1},
 		Reload:  Reload{Watch: true, Debounce: 250 * time.Millisecond},

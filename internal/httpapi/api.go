@@ -83,8 +83,11 @@ type Options struct {
 	NewPreflightID   func() string
 	NewAuditID       func() string
 	Logger           *slog.Logger
-	Observer         Observer
-	Access           Access
+	// NoDecisionLog drops the "preflight decided" line (log.decisions
+	// false); the preflight frame is written either way.
+	NoDecisionLog bool
+	Observer      Observer
+	Access        Access
 }
 
 // API is the HTTP handler.
@@ -418,8 +421,10 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.o.Observer.Preflight(d.Outcome, d.Reason, d.Attempt, time.Since(start))
 	}
 	tracing.AnnotatePreflight(r.Context(), d, bundle.Revision())
-	a.o.Logger.InfoContext(r.Context(), "preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
-		"outcome", string(d.Outcome), "reason", d.Reason, "attempt", d.Attempt, "dry_run", dryRun)
+	if !a.o.NoDecisionLog {
+		a.o.Logger.InfoContext(r.Context(), "preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
+			"outcome", string(d.Outcome), "reason", d.Reason, "attempt", d.Attempt, "dry_run", dryRun)
+	}
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
 	w.Write(out)

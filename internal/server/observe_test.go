@@ -422,6 +422,27 @@ func TestDecisionLogs(t *testing.T) {
 	}
 }
 
+// TestDecisionLogsOff: with log.decisions false no decision or preflight
+// line is logged, and the decisions are in the WAL all the same.
+func TestDecisionLogsOff(t *testing.T) {
+	e := obsStart(t, func(c *config.Config) { c.Log.Decisions = false }, Options{ReadinessInterval: -1})
+	pf := e.preflight(t, preflightBody("quiet", "hi"), nil)
+	allow := e.mustCheck(t, toolBody("tool.echo", map[string]any{"msg": "hi"}),
+		map[string]string{binding.HeaderPreflightID: pf.PreflightID, "x-request-id": "q1"})
+	deny := e.mustCheck(t, toolBody("tool.shell", map[string]any{"cmd": "ls"}), nil)
+	for _, msg := range []string{"decision", "preflight decided"} {
+		if n := len(withMsg(e.logs.lines(t), msg)); n != 0 {
+			t.Errorf("%d %q lines with log.decisions false:\n%s", n, msg, e.logs)
+		}
+	}
+	for _, id := range []string{allow.AuditID, deny.AuditID} {
+		frames, err := e.srv.db.AuditFrames(context.Background(), id)
+		if err != nil || len(frames) == 0 || frames[len(frames)-1].Kind != wal.KindDecision {
+			t.Errorf("audit %s: frames %+v, %v; want its decision frame", id, frames, err)
+		}
+	}
+}
+
 // TestErrorAnswersAreCounted shows that every error answer of the HTTP
 // listener is JSON and counted in autonomy_errors_total by its code: a
 // path no endpoint has, and a read refused for want of a token.

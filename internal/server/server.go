@@ -145,6 +145,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		Now:              s.now,
 		NewID:            ids.Audit,
 		Logger:           s.log,
+		NoDecisionLog:    !cfg.Log.Decisions,
 		Observer:         s.obs.metrics,
 	})
 	s.checker = s.obs.tracing.Checker(s.gate)
@@ -164,6 +165,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		NewPreflightID:    ids.Preflight,
 		NewAuditID:        ids.Audit,
 		Logger:            s.log,
+		NoDecisionLog:     !cfg.Log.Decisions,
 		Access:            s.sec.access,
 		Observer:          s.obs.metrics,
 	})
@@ -183,6 +185,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	// then is closed, as the HTTP listener closes one that has not sent its
 	// request head (grpc's own default holds it for 120 s).
 	opts = append(opts, grpc.ConnectionTimeout(cfg.HTTP.ReadHeaderTimeout))
+	// Check responses are marshalled by go-control-plane's generated code.
+	opts = append(opts, extauthz.CodecOption())
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
