@@ -66,6 +66,7 @@ type configFlags struct {
 	file                              string
 	httpAddr, grpcAddr, dataDir, mode string
 	bundle, upstream, gatewayAddr     string
+	etcdEndpoints, replicaID          string
 }
 
 func (f *configFlags) register(cmd *cobra.Command, all bool) {
@@ -80,6 +81,8 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 	cmd.Flags().StringVar(&f.mode, "mode", "", "contract_refine.mode: disabled, advisory or enforce (default advisory)")
 	cmd.Flags().StringVar(&f.upstream, "upstream", "", "tool runtime URL for the built-in gateway")
 	cmd.Flags().StringVar(&f.gatewayAddr, "gateway-addr", "", "built-in gateway listen address (with --upstream)")
+	cmd.Flags().StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "etcd endpoints URL[,URL...]: share state with other replicas (store.etcd.endpoints)")
+	cmd.Flags().StringVar(&f.replicaID, "replica-id", "", "this replica's name in frames and the shared store (default: the host name)")
 }
 
 // nonEmpty refuses an empty flag value.
@@ -116,6 +119,14 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	set("bundle", &cfg.Bundle, f.bundle, nil)
 	set("upstream", &cfg.Upstream, f.upstream, nil)
 	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr, config.CheckListenAddr)
+	set("replica-id", &cfg.ReplicaID, f.replicaID, config.CheckReplicaID)
+	if fl := cmd.Flags().Lookup("etcd-endpoints"); fl != nil && fl.Changed {
+		eps, err := config.ParseEndpoints(f.etcdEndpoints)
+		if err != nil {
+			flagErrs = append(flagErrs, fmt.Errorf("--etcd-endpoints: %w", err))
+		}
+		cfg.Store.Etcd.Endpoints = eps
+	}
 	if len(flagErrs) > 0 {
 		return cfg, errors.Join(flagErrs...)
 	}

@@ -68,6 +68,10 @@ type Config struct {
 	Tracing        Tracing        `yaml:"tracing"`
 	Reload         Reload         `yaml:"reload"`
 	Gateway        Gateway        `yaml:"gateway"`
+	Store          Store          `yaml:"store"`
+	// ReplicaID names this replica in its frames and in the shared store;
+	// "" means the host name (see Replica).
+	ReplicaID string `yaml:"replica_id"`
 
 	// src is where each key was in the loaded file, so errors name lines.
 	src *source
@@ -216,6 +220,7 @@ func Default() Config {
 		Policy:  Policy{Timeout: 250 * time.Millisecond},
 		Tracing: Tracing{SampleRatio: 1},
 		Reload:  Reload{Watch: true, Debounce: 250 * time.Millisecond},
+		Store:   defaultStore(),
 	}
 }
 
@@ -406,5 +411,6 @@ func (c *Config) Validate() error {
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
 		bad("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
 	}
+	c.validateStore(bad)
 	return errors.Join(errs...)
 }

@@ -97,6 +97,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.StoreBackend() != config.BackendBBolt {
+		return nil, fmt.Errorf("store.backend %s: this build serves the bbolt backend only", cfg.StoreBackend())
+	}
 	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -1,0 +1,177 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// The store backends (SPEC §11).
+const (
+	BackendBBolt = "bbolt"
+	BackendEtcd  = "etcd"
+)
+
+// Store holds the store keys: where the state that decides answers lives.
+type Store struct {
+	// Backend is bbolt or etcd; "" means etcd when endpoints are given,
+	// else bbolt.
+	Backend string `yaml:"backend"`
+	Etcd    Etcd   `yaml:"etcd"`
+}
+
+// Etcd holds the store.etcd keys.
+type Etcd struct {
+	Endpoints      []string      `yaml:"endpoints"`
+	Prefix         string        `yaml:"prefix"`
+	DialTimeout    time.Duration `yaml:"dial_timeout"`
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	TLS            EtcdTLS       `yaml:"tls"`
+	// RecordTTL is how long any replica can read the records another
+	// replica wrote; never below contract_refine.binding_window.
+	RecordTTL time.Duration `yaml:"record_ttl"`
+}
+
+// EtcdTLS holds the etcd client's TLS files.
+type EtcdTLS struct {
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether any TLS file is set.
+func (t EtcdTLS) Enabled() bool { return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" }
+
+// Defaults of the store keys.
+const (
+	DefaultEtcdPrefix         = "/contractrefine/"
+	DefaultEtcdDialTimeout    = 5 * time.Second
+	DefaultEtcdRequestTimeout = 2 * time.Second
+	DefaultEtcdRecordTTL      = 24 * time.Hour
+)
+
+func defaultStore() Store {
+	return Store{Etcd: Etcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDialTimeout,
+		RequestTimeout: DefaultEtcdRequestTimeout, RecordTTL: DefaultEtcdRecordTTL}}
+}
+
+// StoreBackend is the backend in use: store.backend, or etcd when
+// endpoints are given and the key is unset.
+func (c *Config) StoreBackend() string {
+	if c.Store.Backend != "" {
+		return c.Store.Backend
+	}
+	if len(c.Store.Etcd.Endpoints) > 0 {
+		return BackendEtcd
+	}
+	return BackendBBolt
+}
+
+// Replica is this replica's name: replica_id, or the host name.
+func (c *Config) Replica() string {
+	if c.ReplicaID != "" {
+		return c.ReplicaID
+	}
+	if h, err := os.Hostname(); err == nil && replicaRE.MatchString(h) {
+		return h
+	}
+	return "replica"
+}
+
+// replicaRE is what a replica name may be: a host name's characters, so
+// it can stand in keys and log lines unescaped.
+var replicaRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
+
+// CheckReplicaID checks a replica name (--replica-id, replica_id).
+func CheckReplicaID(v string) error {
+	if !replicaRE.MatchString(v) {
+		return fmt.Errorf("%q is not a replica name: 1 to 128 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", v)
+	}
+	return nil
+}
+
+// ParseEndpoints splits --etcd-endpoints (URL[,URL…]) and checks each.
+func ParseEndpoints(v string) ([]string, error) {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		if err := checkEndpoint(e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// checkEndpoint accepts what the etcd client dials: http(s)://host:port,
+// unix(s)://path, or host:port.
+func checkEndpoint(e string) error {
+	if e == "" {
+		return fmt.Errorf("an endpoint is empty")
+	}
+	if !strings.Contains(e, "://") {
+		e = "http://" + e
+	}
+	u, err := url.Parse(e)
+	if err != nil {
+		return fmt.Errorf("%q is not an endpoint URL: %v", e, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return fmt.Errorf("%q is not http(s)://host:port", e)
+		}
+	case "unix", "unixs":
+		if u.Host == "" && u.Path == "" {
+			return fmt.Errorf("%q names no socket", e)
+		}
+	default:
+		return fmt.Errorf("%q: the scheme must be http, https, unix or unixs", e)
+	}
+	return nil
+}
+
+// validateStore checks the store keys and replica_id.
+func (c *Config) validateStore(bad func(key, format string, args ...any)) {
+	s := &c.Store
+	switch s.Backend {
+	case "", BackendBBolt, BackendEtcd:
+	default:
+		bad("store.backend", "%q is not one of bbolt, etcd", s.Backend)
+	}
+	if s.Backend == BackendEtcd && len(s.Etcd.Endpoints) == 0 {
+		bad("store.etcd.endpoints", "store.backend etcd needs endpoints (or --etcd-endpoints)")
+	}
+	if s.Backend == BackendBBolt && len(s.Etcd.Endpoints) > 0 {
+		bad("store.backend", "bbolt, yet store.etcd.endpoints are set: name one backend")
+	}
+	for _, e := range s.Etcd.Endpoints {
+		if err := checkEndpoint(e); err != nil {
+			bad("store.etcd.endpoints", "%v", err)
+		}
+	}
+	if s.Etcd.Prefix == "" || strings.ContainsFunc(s.Etcd.Prefix, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		bad("store.etcd.prefix", "must be non-empty text without control characters, got %q", s.Etcd.Prefix)
+	}
+	if s.Etcd.DialTimeout <= 0 {
+		bad("store.etcd.dial_timeout", "must be positive, got %s", s.Etcd.DialTimeout)
+	}
+	if s.Etcd.RequestTimeout <= 0 {
+		bad("store.etcd.request_timeout", "must be positive, got %s", s.Etcd.RequestTimeout)
+	}
+	if s.Etcd.RecordTTL < c.ContractRefine.BindingWindow || s.Etcd.RecordTTL < time.Second {
+		bad("store.etcd.record_ttl", "must be at least contract_refine.binding_window (%s) and 1s, got %s",
+			c.ContractRefine.BindingWindow, s.Etcd.RecordTTL)
+	}
+	if t := s.Etcd.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		bad("store.etcd.tls.cert_file", "store.etcd.tls.cert_file and store.etcd.tls.key_file go together")
+	}
+	if c.ReplicaID != "" {
+		if err := CheckReplicaID(c.ReplicaID); err != nil {
+			bad("replica_id", "%v", err)
+		}
+	}
+}
