@@ -142,6 +142,7 @@ type denyBody struct {
 		Code    string `json:"code"`
 		Reason  string `json:"reason"`
 		AuditID string `json:"audit_id"`
+		Path    string `json:"path,omitempty"`
 	} `json:"error"`
 }
 
@@ -156,11 +157,12 @@ func TestDenyBodyAsEncodingJSON(t *testing.T) {
 		"non-ASCII":         {AuditID: "é", Reason: "policy: \u2028 \xff ünïcode"},
 		"empty":             {},
 		"reason without ::": {Reason: "no layer"},
+		"with a pointer":    {AuditID: "au_1", Reason: "gate: malformed_tool_call", Pointer: "/args/a~1b"},
 	}
 	for name, d := range tests {
 		t.Run(name, func(t *testing.T) {
 			var body denyBody
-			body.Error.Code, body.Error.Reason, body.Error.AuditID = d.Code(), d.Reason, d.AuditID
+			body.Error.Code, body.Error.Reason, body.Error.AuditID, body.Error.Path = d.Code(), d.Reason, d.AuditID, d.Pointer
 			want, err := json.Marshal(body)
 			if err != nil {
 				t.Fatal(err)

@@ -250,6 +250,10 @@ type Decision struct {
 	ToolKind       string
 	StepID         string
 	RequestID      string
+	// Pointer is the JSON Pointer, into the tool call's body, of the value
+	// that made it unreadable (a number in args that does not round-trip
+	// through a double); "" otherwise.
+	Pointer string
 }
 
 // Code returns the subreason, the stable error code of a deny.
@@ -269,6 +273,10 @@ func (d *Decision) DenyBody() []byte {
 	b = appendJSONString(b, d.Reason)
 	b = append(b, `,"audit_id":`...)
 	b = appendJSONString(b, d.AuditID)
+	if d.Pointer != "" {
+		b = append(b, `,"path":`...)
+		b = appendJSONString(b, d.Pointer)
+	}
 	return append(b, "}}"...)
 }
 
@@ -372,6 +380,10 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 				c.contract = reasonPartialBody
 			}
 			c.errDetail = err
+			var ne *numberError
+			if errors.As(err, &ne) {
+				d.Pointer = ne.pointer
+			}
 		}
 	}
 	d.ToolKind = c.kind
@@ -722,6 +734,9 @@ func (g *Gate) readCall(c *call) error {
 	m, isMap := args.(map[string]any)
 	if !isMap {
 		return errors.New("args is not a JSON object")
+	}
+	if err := exactNumbers(m, g.o.ArgsPointer); err != nil {
+		return err
 	}
 	c.args, c.argsMap = args, m
 	return nil

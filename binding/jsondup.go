@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -233,6 +236,66 @@ func uniqueFolded(m map[string]any) error {
 			return dup(prev, name)
 		}
 		seen[f] = name
+	}
+	return nil
+}
+
+// numberError is a number in args that does not round-trip through a
+// double, at pointer.
+type numberError struct {
+	pointer string
+	err     error
+}
+
+func (e *numberError) Error() string { return e.pointer + ": " + e.err.Error() }
+func (e *numberError) Unwrap() error { return e.err }
+
+// exactNumbers returns a *numberError for the first number under v (the
+// args, at ptr) whose text names another value than the double its
+// canonical digest holds (canon.CheckNumber): the digest would match a
+// preflight bound to 9007199254740992 for a call of 9007199254740993,
+// which a runtime keeping the number's text (Go's json.Number) acts on.
+// The pointer is the first in sorted member order, so the same body always
+// names the same one; members are sorted only once one is found.
+func exactNumbers(v any, ptr string) error {
+	if err := numbersIn(v, "", false); err == nil {
+		return nil
+	}
+	return numbersIn(v, ptr, true)
+}
+
+// numbersIn is exactNumbers' walk; named builds the pointer and visits
+// members in sorted order.
+func numbersIn(v any, ptr string, named bool) error {
+	switch t := v.(type) {
+	case map[string]any:
+		if !named {
+			for _, e := range t {
+				if err := numbersIn(e, "", false); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if err := numbersIn(t[k], ptr+"/"+jsonptr.Escape(k), true); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range t {
+			p := ""
+			if named {
+				p = ptr + "/" + strconv.Itoa(i)
+			}
+			if err := numbersIn(e, p, named); err != nil {
+				return err
+			}
+		}
+	case json.Number:
+		if err := canon.CheckNumber(t); err != nil {
+			return &numberError{pointer: ptr, err: err}
+		}
 	}
 	return nil
 }

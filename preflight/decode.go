@@ -396,10 +396,16 @@ func (d *requestDecoder) value(tok json.Token, path string) (any, *RequestError)
 		return arr, err
 	}
 	// Args are bound by their canonical digest, whose numbers are IEEE
-	// doubles: a number beyond that range could never be bound, so it is
-	// refused here, where the caller can see which one it was.
+	// doubles: a number beyond that range could never be bound, and one
+	// whose text names another value than its double (9007199254740993,
+	// 1.0000000000000001) would bind every number sharing that double,
+	// while a runtime keeping the text acts on the one it was sent. Both
+	// are refused here, where the caller can see which one it was.
 	if n, ok := tok.(json.Number); ok {
-		if _, err := strconv.ParseFloat(string(n), 64); err != nil {
+		switch err := canon.CheckNumber(n); {
+		case errors.Is(err, canon.ErrInexact):
+			return nil, malformed(path, "number "+string(n)+" does not round-trip through a double (an integer beyond 2^53 or more digits than a double holds): send it as a string")
+		case err != nil:
 			return nil, malformed(path, "number "+string(n)+" is out of range")
 		}
 	}

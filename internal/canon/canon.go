@@ -20,6 +20,11 @@ var (
 	ErrInvalidUTF8 = errors.New("canon: string is not valid UTF-8")
 	// ErrNumber reports a number that has no JSON form (NaN, ±Inf) or does not parse.
 	ErrNumber = errors.New("canon: number cannot be written as JSON")
+	// ErrInexact reports a number whose text names another value than the
+	// double canonical JSON writes for it: an integer beyond 2^53 that is
+	// not a double (9007199254740993), or more digits than a double holds
+	// (1.0000000000000001). Two such texts can share one canonical form.
+	ErrInexact = errors.New("canon: number does not round-trip through a double")
 )
 
 // Marshal returns the canonical JSON form of v. A []byte or json.RawMessage
@@ -328,4 +333,59 @@ func Number(n json.Number) (float64, error) {
 		return 0, fmt.Errorf("%w: %q", ErrNumber, string(n))
 	}
 	return f, nil
+}
+
+// CheckNumber reports whether canonical JSON keeps the value n's text
+// names: ErrNumber when n is out of the double's range (1e400) or does not
+// parse, ErrInexact when the double nearest to n, written back with the
+// fewest digits that read as it, names another decimal value. 0.1, 1.50,
+// 1e2 and 9007199254740992 pass; 9007199254740993 (read as ...992),
+// 1.0000000000000001 (read as 1), 1e-400 (read as 0) and 2^60 written out
+// in full (1152921504606846976, written back as 1152921504606847000) do
+// not. So two numbers that pass have the same canonical form only when
+// they are the same value, whatever a reader keeping the exact text
+// (Go's json.Number, Python's Decimal) acts on.
+func CheckNumber(n json.Number) error {
+	f, err := Number(n)
+	if err != nil {
+		return err
+	}
+	want, ok := decimalOf(string(n))
+	got, _ := decimalOf(strconv.FormatFloat(f, 'e', -1, 64))
+	if !ok || want != got {
+		return fmt.Errorf("%w: %s reads as %s", ErrInexact, string(n), strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return nil
+}
+
+// decimal is a decimal value: sign, significant digits without leading or
+// trailing zeros, and the power of ten they are multiplied by. Zero is the
+// zero decimal, whatever its sign.
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int
+}
+
+// decimalOf reads a JSON number (or strconv's 'e' format) as a decimal;
+// false when its exponent does not fit an int.
+func decimalOf(s string) (decimal, bool) {
+	var d decimal
+	s, d.neg = strings.CutPrefix(s, "-")
+	mant, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	trimmed := strings.TrimRight(digits, "0")
+	if trimmed == "" {
+		return decimal{}, true // zero, with any exponent
+	}
+	if hasExp {
+		e, err := strconv.Atoi(expText)
+		if err != nil {
+			return decimal{}, false
+		}
+		d.exp = e
+	}
+	d.digits, d.exp = trimmed, d.exp-len(frac)+len(digits)-len(trimmed)
+	return d, true
 }

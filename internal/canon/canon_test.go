@@ -136,3 +136,26 @@ func TestCanonicalWrittenAsIs(t *testing.T) {
 		t.Fatalf("got %s\nwant %s", got, want)
 	}
 }
+
+// TestCheckNumber: a number passes only when the double canonical JSON
+// writes for it names the same value as its text.
+func TestCheckNumber(t *testing.T) {
+	for n, want := range map[string]error{
+		"0": nil, "-0": nil, "0.0": nil, "1": nil, "-1": nil, "0.1": nil, "1.50": nil, "1e2": nil, "1E+2": nil,
+		"100e-2": nil, "125": nil, "9007199254740992": nil, "-9007199254740992": nil, "1e21": nil, "1.7976931348623157e308": nil,
+		"5e-324": nil, "0e99999999999999999999": nil, "123456789012345678e-2": ErrInexact,
+		"9007199254740993":       ErrInexact,
+		"-9007199254740993":      ErrInexact,
+		"1.0000000000000001":     ErrInexact,
+		"1152921504606846976":    ErrInexact, // 2^60 is a double, but is written back as 1152921504606847000
+		"1e-400":                 ErrInexact, // reads as 0
+		"1e400":                  ErrNumber,
+		"-1e400":                 ErrNumber,
+		"1e-9223372036854775808": ErrInexact,
+	} {
+		err := CheckNumber(json.Number(n))
+		if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+			t.Errorf("CheckNumber(%s) = %v, want %v", n, err, want)
+		}
+	}
+}
