@@ -58,6 +58,7 @@ type Config struct {
 
 	ContractRefine ContractRefine `yaml:"contract_refine"`
 	HTTP           HTTP           `yaml:"http"`
+	GRPC           GRPC           `yaml:"grpc"`
 	Gate           Gate           `yaml:"gate"`
 	WAL            WAL            `yaml:"wal"`
 	Log            Log            `yaml:"log"`
@@ -95,6 +96,14 @@ type HTTP struct {
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+}
+
+// GRPC holds the gRPC listener's keys.
+type GRPC struct {
+	// Reflection serves grpc.reflection.v1 (and v1alpha) so that grpcurl
+	// and similar clients can call the Check without a protoset. Off by
+	// default: it tells any client that reaches the port what it serves.
+	Reflection bool `yaml:"reflection"`
 }
 
 // Gate holds the gate keys (SPEC §5).

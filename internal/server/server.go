@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/extauthz"
@@ -193,6 +194,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	if cfg.GRPC.Reflection {
+		reflection.Register(s.grpc)
+	}
 	s.ready.Store(true)
 	return s, nil
 }
