@@ -91,7 +91,7 @@ func TestDemoInProcess(t *testing.T) {
 	t.Parallel()
 	res := RunAutonomy(t, "demo", "contract-refine")
 	dpCheckDemo(t, res, nil)
-	if !strings.Contains(res.Stdout, "in-process (enforce mode)") {
+	if !strings.Contains(res.Stdout, "in-process (enforce mode") || !strings.Contains(res.Stdout, "autonomy serve starts in advisory mode") {
 		t.Errorf("the in-process demo does not say what it started:\n%s", res.Stdout)
 	}
 }
@@ -152,6 +152,9 @@ func TestDemoTargets(t *testing.T) {
 			target, rt := tc.target(t)
 			res := RunAutonomy(t, "demo", "contract-refine", "--target", target)
 			dpCheckDemo(t, res, tc.misbehaved)
+			if strings.Contains(name, "advisory") && strings.Count(res.Stdout, "serve with --mode enforce") != 2 {
+				t.Errorf("the demo against an advisory service does not say twice why the calls went through:\n%s", res.Stdout)
+			}
 			if rt == nil {
 				return
 			}

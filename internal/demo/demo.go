@@ -57,7 +57,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer stop()
 	} else {
-		fmt.Fprintf(w.out, "ContractRefine demo against %s\n\n", o.Target)
+		fmt.Fprintf(w.out, "ContractRefine demo against %s (the replay and header-less calls are denied only if it runs in enforce mode)\n\n", o.Target)
 	}
 	w.story(ctx)
 	if w.failed > 0 {
@@ -119,7 +119,8 @@ func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
 	select {
 	case a := <-addrs:
 		w.api, w.tool = "http://"+a.HTTP, "http://"+a.Gateway
-		fmt.Fprintf(w.out, "ContractRefine demo, in-process (enforce mode):\n  service API  %s\n  ext_authz    grpc://%s\n  gateway      %s -> tool runtime %s\n  WAL          %s\n\n",
+		fmt.Fprintf(w.out, "ContractRefine demo, in-process (enforce mode: the denials below are enforced;\n"+
+			"autonomy serve starts in advisory mode, which records them and lets the calls through):\n  service API  %s\n  ext_authz    grpc://%s\n  gateway      %s -> tool runtime %s\n  WAL          %s\n\n",
 			w.api, a.GRPC, w.tool, cfg.Upstream, dir)
 		return stop, nil
 	case err := <-done:
@@ -273,6 +274,9 @@ func expectDeny(status int, body []byte, reason string) error {
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(body, &e)
+	if status/100 == 2 {
+		return fmt.Errorf("want 403 %s, got %d: the call was let through, as advisory mode (the default of autonomy serve) does; serve with --mode enforce to deny it", reason, status)
+	}
 	if status != http.StatusForbidden || e.Error.Reason != reason {
 		return fmt.Errorf("want 403 %s, got %d %s", reason, status, strings.TrimSpace(string(body)))
 	}

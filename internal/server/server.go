@@ -383,6 +383,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	go func() { errc <- s.grpc.Serve(grpcLn) }()
 	s.log.Info("listening", attrs...)
+	if note := modeNote(s.cfg.ContractRefine.Mode); note != "" {
+		s.log.Warn(note, "mode", string(s.cfg.ContractRefine.Mode))
+	}
 	if s.listening != nil {
 		a := Addrs{HTTP: httpLn.Addr().String(), GRPC: addrString(grpcLn)}
 		if len(listeners) > 1 {
@@ -423,6 +426,23 @@ func (s *Server) Run(ctx context.Context) error {
 		runErr = nil
 	}
 	return runErr
+}
+
+// AdvisoryNote and DisabledNote are logged at startup in those modes, so
+// that a first tool call let through is not a surprise.
+const (
+	AdvisoryNote = "advisory mode: binding failures are recorded, not enforced; --mode enforce to deny"
+	DisabledNote = "disabled mode: preflights answer 503 and the preflight header is ignored; only the policy decides tool calls"
+)
+
+func modeNote(m config.Mode) string {
+	switch m {
+	case config.ModeAdvisory:
+		return AdvisoryNote
+	case config.ModeDisabled:
+		return DisabledNote
+	}
+	return ""
 }
 
 // Close releases what New opened, for a Server that never ran.
