@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,32 @@ func TestAuditFromWAL(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCLIErrorsReadAlike: an unknown audit id and a bad preflight are
+// printed the same way: the request, then the error body's code, path and
+// message, never the raw JSON.
+func TestCLIErrorsReadAlike(t *testing.T) {
+	url := startPreflightServer(t, nil)
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"audit", "au_UNKNOWN0000000000", "--server", url}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	want := "autonomy: GET " + url + "/v1/audit/au_UNKNOWN0000000000: 404 not-found: "
+	if got := stderr.String(); !strings.HasPrefix(got, want) || strings.Contains(got, "{") {
+		t.Errorf("audit of an unknown id printed %q, want it to start %q and hold no JSON", got, want)
+	}
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	if err := os.WriteFile(plan, []byte(`{"intent":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := Main([]string{"preflight", "-f", plan, "--server", url}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	if want := "autonomy: POST " + url + "/v1/preflight: 400 malformed-request"; !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("preflight printed %q, want it to start %q", stderr.String(), want)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -55,7 +56,31 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(stdout, stderr))
 	}
+	strictCompletion(root)
 	return root
+}
+
+// strictCompletion makes "completion" without a shell, or with one cobra
+// has no script for (tcsh), an error naming the shells, rather than help
+// and exit 0: a script that pipes it into a file would install nothing.
+func strictCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		var shells []string
+		for _, sub := range c.Commands() {
+			shells = append(shells, sub.Name())
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("completion: name a shell: one of %s", strings.Join(shells, ", "))
+			}
+			return fmt.Errorf("completion: no script for shell %q: one of %s", args[0], strings.Join(shells, ", "))
+		}
+	}
 }
 
 // extraCommands are subcommands defined in other files of this package.

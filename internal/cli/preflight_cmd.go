@@ -61,8 +61,7 @@ Exit status: 0 pass, 2 repair_required, 3 deny, 1 when no decision was made
 				return err
 			}
 			if status != http.StatusOK {
-				printAPIError(stderr, u, status, resp)
-				return exitError{code: exitPreflightError}
+				return &answerError{method: http.MethodPost, url: u, status: status, body: resp}
 			}
 			var d preflight.Decision
 			if err := json.Unmarshal(resp, &d); err != nil {
@@ -125,22 +124,31 @@ func postJSON(ctx context.Context, u, token string, body []byte) (int, []byte, e
 	return resp.StatusCode, b, nil
 }
 
-// printAPIError prints the HTTP API's error body (SPEC §3.3): the first
-// error's code, path and message, then any others.
-func printAPIError(w io.Writer, u string, status int, body []byte) {
+// answerError is an error answer from the service's HTTP API. Every
+// command that calls the API returns one, so Main prints each the same
+// way: the request, then the error body's first code, path and message
+// (SPEC §3.3), then any others; a body of another shape is quoted raw.
+type answerError struct {
+	method, url string
+	status      int
+	body        []byte
+}
+
+func (e *answerError) Error() string {
 	type apiErr struct {
 		Code      string `json:"code"`
 		Path      string `json:"path"`
 		Message   string `json:"message"`
 		Retryable bool   `json:"retryable"`
 	}
-	var e struct {
+	var b struct {
 		Error  *apiErr  `json:"error"`
 		Errors []apiErr `json:"errors"`
 	}
-	if json.Unmarshal(body, &e) != nil || e.Error == nil {
-		fmt.Fprintf(w, "error: %s answered %d %s: %s\n", u, status, http.StatusText(status), display.Text(strings.TrimSpace(string(body))))
-		return
+	head := e.method + " " + e.url + ": "
+	if json.Unmarshal(e.body, &b) != nil || b.Error == nil || b.Error.Code == "" {
+		// The body is quoted whole, made safe for a terminal.
+		return head + fmt.Sprintf("answered %d %s: %s", e.status, http.StatusText(e.status), display.Text(strings.TrimSpace(string(e.body))))
 	}
 	line := func(a apiErr) string {
 		s := a.Code
@@ -155,12 +163,14 @@ func printAPIError(w io.Writer, u string, status int, body []byte) {
 		}
 		return display.Text(s) // the message may quote the request
 	}
-	fmt.Fprintf(w, "error: %d %s\n", status, line(*e.Error))
-	if len(e.Errors) > 1 {
-		for _, a := range e.Errors {
-			fmt.Fprintf(w, "  - %s\n", line(a))
+	var out strings.Builder
+	fmt.Fprintf(&out, "%s%d %s", head, e.status, line(*b.Error))
+	if len(b.Errors) > 1 {
+		for _, a := range b.Errors {
+			fmt.Fprintf(&out, "\n  - %s", line(a))
 		}
 	}
+	return out.String()
 }
 
 // PrintDecision prints a preflight decision for a terminal. server, when

@@ -92,9 +92,9 @@ func TestPreflightCommand(t *testing.T) {
 			stdout: []string{"outcome: pass", "decision_chain_complete", "advisory", preflight.ReasonChainUnverifiableOffline,
 				"ADVISORY: recorded, does not change the outcome"}},
 		"malformed body is an error with its code": {plan: `{"intent":`, code: exitPreflightError,
-			stderr: []string{"error: 400 malformed-request"}},
+			stderr: []string{"autonomy: POST " + url + "/v1/preflight: 400 malformed-request"}},
 		"unknown top-level field names its path": {plan: `{"intent":{"summary":"x"},"plan":{"steps":[]},"context":{"actor":{"id":"a"}},"extra":1}`,
-			code: exitPreflightError, stderr: []string{"error: 400 malformed-request at /extra"}},
+			code: exitPreflightError, stderr: []string{"autonomy: POST " + url + "/v1/preflight: 400 malformed-request at /extra"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

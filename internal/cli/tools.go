@@ -123,7 +123,7 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.F
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+		return nil, &answerError{method: http.MethodGet, url: u, status: resp.StatusCode, body: body}
 	}
 	var join struct {
 		Frames []wal.Frame `json:"frames"`
