@@ -170,6 +170,7 @@ func newEnvWAL(t testing.TB, b *bundle.Bundle, mode binding.Mode, walOpts *wal.O
 	e.setPolicy(b)
 	o := binding.Options{
 		Store:    db,
+		Log:      db,
 		Policy:   func() binding.Policy { return *e.policy.Load() },
 		Mode:     mode,
 		Now:      e.clock.Now,

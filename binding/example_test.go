@@ -43,7 +43,7 @@ func ExampleGate_Check() {
 		return
 	}
 
-	gate := binding.New(binding.Options{Store: db, Mode: binding.ModeEnforce,
+	gate := binding.New(binding.Options{Store: db, Log: db, Mode: binding.ModeEnforce,
 		Policy: func() binding.Policy { return policy }, Now: func() time.Time { return now },
 		NewID: func() string { return "au_fresh0000000000001" }})
 	call := func(preflightID, requestID string) {

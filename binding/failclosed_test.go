@@ -148,7 +148,7 @@ func TestNoErrorPathAllows(t *testing.T) {
 					want := healthy.check(failShapes(hpf)[shape])
 
 					store := &faultyStore{}
-					e := newEnv(t, b, mode, func(o *binding.Options) { store.DB = o.Store.(*wal.DB); o.Store = store })
+					e := newEnv(t, b, mode, func(o *binding.Options) { store.DB = o.Store.(*wal.DB); o.Store, o.Log = store, store })
 					pf := e.record(preflight.OutcomePass, actorID, step1("s1"))
 					store.fail = method
 					d := e.check(failShapes(pf)[shape])

@@ -21,6 +21,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -65,17 +66,13 @@ type Policy interface {
 	Revision() string
 }
 
-// Store is the durable state the gate reads and writes.
-type Store interface {
-	// Binding may leave Decision nil; Decision then reads it.
-	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
-	Decision(ctx context.Context, preflightID string) ([]byte, error)
-	Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
-	Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error)
+// Log is where the gate appends the decision frames of calls that consume
+// no step (a consume writes its frames through the state.Store).
+type Log interface {
 	AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Frame, error)
 }
 
-var _ Store = (*wal.DB)(nil)
+var _ Log = (*wal.DB)(nil)
 
 // Observer is told what the gate did; metrics implement it. Methods must be
 // cheap and safe for concurrent use.
@@ -87,7 +84,10 @@ type Observer interface {
 
 // Options configures a Gate. Zero values mean the defaults.
 type Options struct {
-	Store Store
+	// Store holds the bindings and their consumed markers (internal/state).
+	Store state.Store
+	// Log takes the decision frames of calls that consume nothing.
+	Log Log
 	// Policy returns the current bundle; it is called once per check.
 	Policy func() Policy
 	Mode   Mode

@@ -45,7 +45,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	}
 	b.Cleanup(func() { db.Close() })
 	e.db = db
-	e.gate = New(Options{Store: db, Policy: func() Policy { return bun }, Mode: ModeEnforce,
+	e.gate = New(Options{Store: db, Log: db, Policy: func() Policy { return bun }, Mode: ModeEnforce,
 		CacheSize: 1 << 22, NewID: ids.Audit, Now: func() time.Time { return e.now }})
 	return e
 }

@@ -50,7 +50,7 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 			}
 			defer db.Close()
 			now := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
-			g := New(Options{Store: db, Policy: func() Policy { return pol }, Mode: ModeEnforce,
+			g := New(Options{Store: db, Log: db, Policy: func() Policy { return pol }, Mode: ModeEnforce,
 				Now: func() time.Time { return now }, NewID: ids.Audit})
 			steps := []preflight.Step{{ID: "s1", Kind: "tool.echo"}, {ID: "s2", Kind: "tool.echo"}, {ID: "s3", Kind: "tool.echo"}}
 			req := &preflight.Request{Plan: preflight.Plan{Steps: steps}, Context: preflight.Context{Actor: preflight.Actor{ID: "user:x"}}}

@@ -250,7 +250,7 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 // Concurrent decisions share commits. A write failure turns any decision
 // into a 503 deny.
 func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
-	if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+	if _, err := g.o.Log.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
 		return g.unavailable(d)
 	}
@@ -276,7 +276,7 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 		// refusal on its own, in case the log takes that write. When it
 		// does not, the error just logged is the cause: one line is enough.
 		d = g.unavailable(d)
-		if _, err := g.o.Store.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+		if _, err := g.o.Log.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
 			g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
 		}
 		return d

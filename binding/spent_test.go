@@ -63,7 +63,7 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 	// A binding consumed before this gate knew it (another gate on the same
 	// log): the entry knows nothing, so the store answers, and says replay.
 	one := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", nil))
-	other := binding.New(binding.Options{Store: e.db, Policy: func() binding.Policy { return b }, Mode: binding.ModeEnforce,
+	other := binding.New(binding.Options{Store: e.db, Log: e.db, Policy: func() binding.Policy { return b }, Mode: binding.ModeEnforce,
 		Now: e.clock.Now, NewID: func() string { return "au_othergate0000001" }})
 	if d := other.Check(context.Background(), toolCall("tool.echo", nil, withID(one.PreflightID, "x1"))); !d.Allowed {
 		t.Fatalf("consume through the other gate: %+v", d)

@@ -38,6 +38,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/internal/ids"
+	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -455,8 +456,9 @@ const (
 )
 
 var (
-	_ binding.Store = (*fltStore)(nil)
-	_ httpapi.Store = (*fltStore)(nil)
+	_ state.Store = (*fltStore)(nil)
+	_ binding.Log = (*fltStore)(nil)
+	_ httpapi.Log = (*fltStore)(nil)
 )
 
 func (s *fltStore) fail(kind int32, op string) error {
@@ -636,10 +638,10 @@ func startInProcess(t *testing.T, store *fltStore, log *slog.Logger) *fltService
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := binding.New(binding.Options{Store: store, Policy: func() binding.Policy { return b },
+	gate := binding.New(binding.Options{Store: store, Log: store, Policy: func() binding.Policy { return b },
 		Mode: binding.ModeEnforce, NewID: ids.Audit, Logger: log})
 	api := httpapi.New(httpapi.Options{
-		Verifier: preflight.NewVerifier(preflight.Options{Chain: store.DB}), Store: store,
+		Verifier: preflight.NewVerifier(preflight.Options{Chain: store.DB}), Store: store, Log: store,
 		Bundle: func() httpapi.Bundle { return b }, MaxRepairAttempts: 1,
 		NewPreflightID: ids.Preflight, NewAuditID: ids.Audit, Logger: log})
 	mux := http.NewServeMux()

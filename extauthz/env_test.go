@@ -67,7 +67,7 @@ func newEnv(t testing.TB, mode binding.Mode, opts ...func(*binding.Options)) *en
 	}
 	t.Cleanup(func() { db.Close() })
 	e := &env{t: t, db: db, now: time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)}
-	o := binding.Options{Store: db, Policy: func() binding.Policy { return b }, Mode: mode,
+	o := binding.Options{Store: db, Log: db, Policy: func() binding.Policy { return b }, Mode: mode,
 		Now: e.clock, NewID: ids.Audit}
 	for _, f := range opts {
 		f(&o)

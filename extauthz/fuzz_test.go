@@ -104,7 +104,7 @@ func (g *fuzzGate) reset() error {
 		return err
 	}
 	g.db, g.checks, g.allowed = db, 0, map[string]bool{}
-	g.gate = binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return g.policy },
+	g.gate = binding.New(binding.Options{Store: db, Log: db, Policy: func() binding.Policy { return g.policy },
 		Mode: binding.ModeEnforce, Logger: slog.New(g.logs)})
 	return nil
 }

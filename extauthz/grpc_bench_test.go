@@ -63,7 +63,7 @@ func benchGate(b *testing.B, n int) (*binding.Gate, []string) {
 	}
 	b.Cleanup(func() { db.Close() })
 	now := time.Now()
-	gate := binding.New(binding.Options{Store: db, Policy: func() binding.Policy { return bun },
+	gate := binding.New(binding.Options{Store: db, Log: db, Policy: func() binding.Policy { return bun },
 		Mode: binding.ModeEnforce, NewID: ids.Audit, CacheSize: 1 << 20})
 	req := &preflight.Request{Intent: preflight.Intent{Summary: "bench", PlanHash: "plan-1"},
 		Plan:    preflight.Plan{Steps: []preflight.Step{{ID: "s1", Kind: "tool.echo", Zone: "default", Args: map[string]any{"msg": "hi"}}}},

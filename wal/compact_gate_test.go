@@ -36,7 +36,7 @@ func newGateFixture(t *testing.T) *gateFixture {
 
 // gate is a gate with a cold cache whose clock reads *now.
 func (f *gateFixture) gate(now *time.Time, auditID string) *binding.Gate {
-	return binding.New(binding.Options{Store: f.db, Policy: func() binding.Policy { return f.b },
+	return binding.New(binding.Options{Store: f.db, Log: f.db, Policy: func() binding.Policy { return f.b },
 		Mode: binding.ModeEnforce, Now: func() time.Time { return *now }, NewID: func() string { return auditID }})
 }
 

@@ -28,8 +28,18 @@ type PreflightRecord struct {
 	// a repair_required Binding.Outcome opens the session's repair budget
 	// when none is open yet.
 	SessionKey string
+	// SessionAttempt, when above zero, is the attempt this record counts:
+	// the session must have SessionAttempt-1 attempts, else the write fails
+	// with ErrConflict and writes nothing.
+	SessionAttempt int
 	// Idempotency, when set, records the idempotency key.
 	Idempotency *IdempotencyRecord
+	// IdempotencyReplaces is the preflight id the key's record named when
+	// the caller read it under its claim ("" when the key had none): a
+	// record whose decision is gone is replaced. When the key names another
+	// preflight by the commit, the write fails with ErrConflict and writes
+	// nothing.
+	IdempotencyReplaces string
 }
 
 // IdempotencyRecord remembers which decision an idempotency key produced.
@@ -140,6 +150,9 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 	if rec.SessionKey != "" {
 		sb := tx.btx.Bucket(bucketSessions)
 		st := decodeSession(sb.Get([]byte(rec.SessionKey)))
+		if rec.SessionAttempt > 0 && st.Attempts != rec.SessionAttempt-1 {
+			return Frame{}, ErrConflict
+		}
 		st.Attempts++
 		if st.RepairFrom == 0 && b.Outcome == preflight.OutcomeRepairRequired {
 			st.RepairFrom = st.Attempts
@@ -149,11 +162,21 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 		}
 	}
 	if rec.Idempotency != nil {
+		ib := tx.btx.Bucket(bucketIdempotency)
+		if old := ib.Get([]byte(rec.Idempotency.Key)); old != nil {
+			var o IdempotencyRecord
+			if err := json.Unmarshal(old, &o); err != nil {
+				return Frame{}, fmt.Errorf("%w: idempotency record: %v", ErrCorrupt, err)
+			}
+			if o.PreflightID != rec.IdempotencyReplaces {
+				return Frame{}, ErrConflict
+			}
+		}
 		v, err := json.Marshal(rec.Idempotency)
 		if err != nil {
 			return Frame{}, err
 		}
-		if err := tx.btx.Bucket(bucketIdempotency).Put([]byte(rec.Idempotency.Key), v); err != nil {
+		if err := ib.Put([]byte(rec.Idempotency.Key), v); err != nil {
 			return Frame{}, err
 		}
 	}

@@ -32,6 +32,12 @@ var (
 	ErrDiskFull = errors.New("wal: file system nearly full")
 	// ErrLocked reports that another process holds the log file open.
 	ErrLocked = errors.New("wal: log file is locked by another process (is a server running on this data dir?)")
+	// ErrInProgress reports an idempotency key another submission holds.
+	ErrInProgress = errors.New("wal: idempotency key is being decided")
+	// ErrConflict reports a write whose precondition no longer holds: a
+	// repair session counted since it was read, or an idempotency key
+	// recorded since it was claimed.
+	ErrConflict = errors.New("wal: state changed since it was read")
 )
 
 var (
@@ -93,6 +99,10 @@ type DB struct {
 
 	// poisoned is set once bbolt panicked or faulted on the file (open.go).
 	poisoned atomic.Bool
+
+	// claims holds the idempotency keys and repair sessions being decided
+	// (claims.go).
+	claims claims
 }
 
 type chainPoint struct {

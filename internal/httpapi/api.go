@@ -13,28 +13,22 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// Store is the durable state the API reads and writes.
-type Store interface {
-	RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (wal.Frame, error)
-	// Binding may leave Decision nil; Decision then reads it.
-	Binding(ctx context.Context, preflightID string) (preflight.Binding, error)
-	Decision(ctx context.Context, preflightID string) ([]byte, error)
-	Session(ctx context.Context, key string) (wal.Session, error)
-	Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error)
+// Log is where the audit join reads the frames of an audit id.
+type Log interface {
 	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
 }
 
-var _ Store = (*wal.DB)(nil)
+var _ Log = (*wal.DB)(nil)
 
 // Bundle is the loaded policy bundle as the verifier needs it.
 type Bundle interface {
@@ -61,7 +55,11 @@ type Access interface {
 // Options configures the API. Zero values mean the defaults.
 type Options struct {
 	Verifier preflight.Verifier
-	Store    Store
+	// Store holds the bindings, decisions, idempotency records and repair
+	// sessions (internal/state).
+	Store state.Store
+	// Log answers the audit join.
+	Log Log
 	// Bundle returns the current policy bundle.
 	Bundle func() Bundle
 	// Disabled answers every preflight with 503 preflight-disabled.
@@ -94,17 +92,6 @@ type Options struct {
 type API struct {
 	o   Options
 	mux *http.ServeMux
-	// inflight holds the idempotency keys and sessions being decided, so a
-	// concurrent duplicate gets 409 idempotency-in-progress and two attempts
-	// of one session never read the same budget.
-	mu       sync.Mutex
-	inflight map[string]bool
-	sessions map[string]*sessionLock
-}
-
-type sessionLock struct {
-	held chan struct{} // holds one token while a submission is decided
-	refs int
 }
 
 // New returns the API.
@@ -118,7 +105,7 @@ func New(o Options) *API {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &API{o: o, inflight: map[string]bool{}, sessions: map[string]*sessionLock{}}
+	a := &API{o: o}
 	a.mux = http.NewServeMux()
 	a.mux.HandleFunc("POST /v1/preflight", a.postPreflight)
 	a.mux.HandleFunc("GET /v1/preflight/{id}", a.getPreflight)
@@ -276,13 +263,19 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var idem *wal.IdempotencyRecord
+	var stale string // the preflight a key names whose decision is gone
 	if env != nil && !dryRun {
 		key := idempotencyKey(env, req)
-		if !a.claim("idem\x00" + key) {
+		release, err := a.o.Store.ClaimIdempotency(r.Context(), key)
+		if errors.Is(err, wal.ErrInProgress) {
 			a.fail(w, http.StatusConflict, CodeIdempotencyInProgress, "/context/request/idempotencyKey", "A request with this idempotency key is still being decided.", true)
 			return
 		}
-		defer a.release("idem\x00" + key)
+		if err != nil {
+			a.unavailable(w, "claim idempotency key", err)
+			return
+		}
+		defer release()
 		rec, err := a.o.Store.Idempotency(r.Context(), key)
 		var recorded []byte
 		if err == nil {
@@ -303,6 +296,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		idem = &wal.IdempotencyRecord{Key: key, RequestDigest: digest}
+		stale = rec.PreflightID
 	}
 	// The deadline is checked after the idempotency lookup: a retry of a
 	// recorded effect gets the recorded outcome (seed 003), even late.
@@ -327,7 +321,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			waitCtx, cancel = context.WithDeadline(waitCtx, start.Add(a.o.SessionWait))
 			defer cancel()
 		}
-		unlock, err := a.lockSession(waitCtx, sessionKey)
+		unlock, err := a.o.Store.LockSession(waitCtx, sessionKey)
 		if err != nil {
 			a.fail(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "Other submissions of this repair session are being decided; nothing was recorded, retry.", true)
 			return
@@ -408,9 +402,10 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			at = now
 		}
-		rec := wal.PreflightRecord{Binding: b, Decision: out, Time: at, Attrs: attrs, Idempotency: idem}
+		rec := wal.PreflightRecord{Binding: b, Decision: out, Time: at, Attrs: attrs, Idempotency: idem,
+			IdempotencyReplaces: stale}
 		if hasSession {
-			rec.SessionKey = sessionKey
+			rec.SessionKey, rec.SessionAttempt = sessionKey, attempt
 		}
 		if _, err := a.o.Store.RecordPreflight(r.Context(), rec); err != nil {
 			a.unavailable(w, "record preflight", err)
@@ -482,48 +477,6 @@ func (a *API) unavailable(w http.ResponseWriter, op string, err error) {
 	a.fail(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "The verifier cannot decide right now; nothing was recorded.", true)
 }
 
-func (a *API) claim(key string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.inflight[key] {
-		return false
-	}
-	a.inflight[key] = true
-	return true
-}
-
-func (a *API) release(key string) {
-	a.mu.Lock()
-	delete(a.inflight, key)
-	a.mu.Unlock()
-}
-
-// lockSession serialises the attempts of one repair session.
-func (a *API) lockSession(ctx context.Context, key string) (unlock func(), err error) {
-	a.mu.Lock()
-	l := a.sessions[key]
-	if l == nil {
-		l = &sessionLock{held: make(chan struct{}, 1)}
-		a.sessions[key] = l
-	}
-	l.refs++
-	a.mu.Unlock()
-	release := func() {
-		a.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(a.sessions, key)
-		}
-		a.mu.Unlock()
-	}
-	select {
-	case l.held <- struct{}{}:
-		return func() { <-l.held; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
-}
-
 // getPreflight returns a stored decision, byte for byte.
 func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
@@ -561,7 +514,7 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
-	frames, err := a.o.Store.AuditFrames(r.Context(), id)
+	frames, err := a.o.Log.AuditFrames(r.Context(), id)
 	if err != nil {
 		a.unavailable(w, "read audit frames", err)
 		return

@@ -85,6 +85,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	o := httpapi.Options{
 		Verifier:          preflight.NewVerifier(preflight.Options{Chain: db, Now: c.Now}),
 		Store:             db,
+		Log:               db,
 		Bundle:            func() httpapi.Bundle { return b },
 		BindingWindow:     5 * time.Minute,
 		MaxRepairAttempts: 1,

@@ -135,6 +135,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	mode := binding.Mode(cfg.ContractRefine.Mode)
 	s.gate = binding.New(binding.Options{
 		Store:            db,
+		Log:              db,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
 		Mode:             mode,
 		Path:             cfg.Gate.Path,
@@ -158,6 +159,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	s.api = httpapi.New(httpapi.Options{
 		Verifier:          verifier,
 		Store:             db,
+		Log:               db,
 		Bundle:            func() httpapi.Bundle { return s.bundle.Load() },
 		Disabled:          mode == binding.ModeDisabled,
 		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
