@@ -36,6 +36,9 @@ var defaultFS embed.FS
 var (
 	// ErrNotBoolean reports that data.autonomy.allow is not a boolean.
 	ErrNotBoolean = errors.New("bundle: data.autonomy.allow is not a boolean")
+	// ErrCannotDecide reports a policy that fails on every probe input
+	// Decides tries: each call it would decide is a 503.
+	ErrCannotDecide = errors.New("bundle: the policy cannot decide")
 )
 
 // DefaultPolicyTimeout bounds one policy evaluation when Options sets none.
@@ -508,4 +511,48 @@ func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, st
 		}
 	}
 	return false, reason, nil
+}
+
+// maxProbeKinds bounds how many capabilities Decides probes, so that a
+// policy that times out on every input holds a readiness probe for at
+// most (maxProbeKinds+1) policy timeouts.
+const maxProbeKinds = 8
+
+// Decides reports whether the policy can decide calls: it evaluates
+// data.autonomy.allow on probe inputs shaped as the gate builds them (a
+// POST to gatePath of each of the first capabilities in sorted order with
+// empty args, no actor and no preflight, and an ungated GET /) and returns
+// nil once one of them evaluates without error, whatever it answers. A
+// policy that fails on all of them (a complete rule given two values, a
+// builtin error such as 1/0 under strict builtin errors, a non-boolean
+// allow, a timeout) wraps ErrCannotDecide with the first failure: every
+// call it meets is a 503, and readiness says so. A policy that fails only
+// for some inputs still decides the others and is not reported.
+func (b *Bundle) Decides(ctx context.Context, mode, gatePath string) error {
+	kinds := make([]string, 0, len(b.governance.Capabilities))
+	for k := range b.governance.Capabilities {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	kinds = kinds[:min(len(kinds), maxProbeKinds)]
+	probe := func(method, path, kind string) error {
+		_, _, err := b.Allow(ctx, map[string]any{
+			"request":   map[string]any{"method": method, "path": path, "headers": map[string]any{}},
+			"action":    map[string]any{"kind": kind, "args": map[string]any{}},
+			"actor":     map[string]any{"id": ""},
+			"mode":      mode,
+			"preflight": nil,
+		})
+		return err
+	}
+	first := probe("GET", "/", "")
+	if first == nil {
+		return nil
+	}
+	for _, k := range kinds {
+		if err := probe("POST", gatePath, k); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCannotDecide, first)
 }

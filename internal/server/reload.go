@@ -44,6 +44,13 @@ func (s *Server) Reload(ctx context.Context, trigger string) error {
 	s.obs.metrics.BundleReload(metrics.ReloadOK)
 	s.log.InfoContext(ctx, "bundle reloaded", "trigger", trigger, "bundle", b.Source(),
 		"old_bundle_revision", old.Revision(), "bundle_revision", b.Revision())
+	// Readiness follows the new policy at once, not at the next background
+	// probe: unready when it cannot decide, ready again when the one before
+	// could not. (A probe also commits to the WAL, so it is not run for
+	// every reload.)
+	if !s.ready.Load() || b.Decides(ctx, string(s.cfg.ContractRefine.Mode), s.cfg.Gate.Path) != nil {
+		s.probe(ctx)
+	}
 	return nil
 }
 

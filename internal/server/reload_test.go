@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/metrics"
 )
@@ -443,6 +445,62 @@ func TestReloadCall(t *testing.T) {
 			}
 			if same := e.srv.BundleRevision() == beforeRev; same != s.wantSame {
 				t.Errorf("revision unchanged = %v, want %v", same, s.wantSame)
+			}
+		})
+	}
+}
+
+// TestReadinessFollowsAPolicyThatCannotDecide: a reloaded policy that
+// fails on every call (two values for a complete rule; 1/0 under strict
+// builtin errors) makes /readyz 503 and grpc.health.v1 NOT_SERVING at
+// once, where they said ready while every check was a 503; a policy that
+// decides again makes them ready again.
+func TestReadinessFollowsAPolicyThatCannotDecide(t *testing.T) {
+	dir := copyDefaultBundle(t)
+	good, err := os.ReadFile(filepath.Join(dir, "policy.rego"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := obsStart(t, func(c *config.Config) {
+		c.Bundle = dir
+		c.Reload.Watch = false
+	}, Options{ReadinessInterval: -1})
+	ready := func() (int, healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		status, _ := e.get(t, "/readyz")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h, err := e.health.Check(ctx, &healthpb.HealthCheckRequest{Service: authzServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status, h.Status
+	}
+	if status, h := ready(); status != http.StatusOK || h != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("with the default policy: /readyz %d, health %v", status, h)
+	}
+	for name, policy := range map[string]string{
+		"conflict in a complete rule": "package autonomy\nimport rego.v1\nallow := true\nallow := false if true\n",
+		"1/0 on every call":           "package autonomy\nimport rego.v1\nallow if 1 / 0 > 0\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			writeAtomically(t, filepath.Join(dir, "policy.rego"), policy)
+			if err := e.srv.Reload(context.Background(), TriggerSignal); err != nil {
+				t.Fatalf("Reload: %v", err)
+			}
+			if status, h := ready(); status != http.StatusServiceUnavailable || h != healthpb.HealthCheckResponse_NOT_SERVING {
+				t.Fatalf("/readyz %d, health %v; want 503 and NOT_SERVING", status, h)
+			}
+			a := e.mustCheck(t, toolBody("tool.echo", map[string]any{"msg": "hi"}), nil)
+			if a.Status != http.StatusServiceUnavailable {
+				t.Fatalf("check under the policy: %+v, want a 503 deny", a)
+			}
+			writeAtomically(t, filepath.Join(dir, "policy.rego"), string(good))
+			if err := e.srv.Reload(context.Background(), TriggerSignal); err != nil {
+				t.Fatalf("Reload: %v", err)
+			}
+			if status, h := ready(); status != http.StatusOK || h != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("with the default policy again: /readyz %d, health %v", status, h)
 			}
 		})
 	}

@@ -277,7 +277,8 @@ func cleanPath(p string) string {
 	return c
 }
 
-// readyz reports whether the WAL can write and a bundle is loaded.
+// readyz reports whether the WAL can write and a bundle is loaded whose
+// policy can decide.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	err := s.probe(r.Context())
 	w.Header().Set("Content-Type", "application/json")
@@ -294,8 +295,10 @@ func (s *Server) probe(ctx context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	var err error
-	if s.bundle.Load() == nil {
+	if b := s.bundle.Load(); b == nil {
 		err = errors.New("no policy bundle loaded")
+	} else if derr := b.Decides(ctx, string(s.cfg.ContractRefine.Mode), s.cfg.Gate.Path); derr != nil {
+		err = derr
 	} else if perr := s.db.Probe(ctx); perr != nil {
 		err = fmt.Errorf("wal cannot write: %w", perr)
 	}
