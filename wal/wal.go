@@ -103,6 +103,12 @@ type DB struct {
 	// claims holds the idempotency keys and repair sessions being decided
 	// (claims.go).
 	claims claims
+
+	// ahead is the file opened again for zeroAhead (ahead.go), nil when
+	// not writing ahead; zeroedTo is how far it has written zeros. Only the
+	// commit loop uses them.
+	ahead    *os.File
+	zeroedTo int64
 }
 
 type chainPoint struct {
@@ -168,6 +174,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db.ino, _ = statID(path)
+	if !o.NoSync {
+		db.ahead = openAhead(path)
+	}
 	go db.loop()
 	return db, nil
 }
@@ -187,6 +196,9 @@ func (db *DB) Close() error {
 	db.mu.Unlock()
 	close(db.stop)
 	<-db.done
+	if db.ahead != nil {
+		db.ahead.Close()
+	}
 	if db.poisoned.Load() {
 		return fmt.Errorf("%w: %s: closed without releasing the damaged file", ErrCorrupt, db.path)
 	}
@@ -276,6 +288,7 @@ func (db *DB) commit(batch []*write) {
 		err := db.checkFile()
 		if err == nil {
 			err = db.update(func(btx *bolt.Tx) error {
+				db.zeroAhead(btx.Size())
 				// Frames are keyed by a growing seq, so pages are filled to the
 				// brim instead of being split in half (bbolt's default suits
 				// random inserts and would leave the log half empty).
