@@ -146,6 +146,9 @@ type dpRuntimeCall struct {
 	AuditID     string `json:"x-autonomy-audit-id"`
 	RequestID   string `json:"x-request-id"`
 	PreflightID string `json:"x-autonomy-preflight-id"`
+	// AdvisoryReason is what reached the runtime in
+	// X-Autonomy-Advisory-Reason: only the service may set it.
+	AdvisoryReason string `json:"x-autonomy-advisory-reason"`
 }
 
 // calls reads the runtime's own log file. The runtime writes a call's line
@@ -434,8 +437,8 @@ func (l *dpLedger) verify(t *testing.T, f dpFront, rt *dpRuntime) {
 			t.Errorf("%s: %s: want one runtime log line with x-request-id %s, got %+v", f.name, e.step, e.res.requestID, got)
 			continue
 		}
-		if got[0].AuditID != e.auditID || got[0].Kind != e.kind || got[0].Status != http.StatusOK {
-			t.Errorf("%s: %s: runtime logged %+v, want kind %s, status 200, x-autonomy-audit-id %s",
+		if got[0].AuditID != e.auditID || got[0].Kind != e.kind || got[0].Status != http.StatusOK || got[0].AdvisoryReason != "" {
+			t.Errorf("%s: %s: runtime logged %+v, want kind %s, status 200, x-autonomy-audit-id %s, no advisory reason",
 				f.name, e.step, got[0], e.kind, e.auditID)
 		}
 	}

@@ -222,17 +222,35 @@ func TestDeployNginx(t *testing.T) {
 		reason: dpReplay, auditID: p.AuditID,
 		res: main.call(t, dpCall{kind: dpShellKind, preflightID: p.PreflightID, requestID: first.requestID})})
 
+	// A client's own advisory reason never reaches the runtime.
+	forged := dpPreflight(t, main.api, "nginx-forged-"+uuid.NewString())
+	req, err := http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(dpKindHdr, dpShellKind)
+	req.Header.Set("X-Autonomy-Preflight-Id", forged.PreflightID)
+	req.Header.Set("X-Autonomy-Advisory-Reason", "forged")
+	resp, err := dpNoRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	l.expect(t, main, main.api, dpEntry{step: "a call carrying a forged advisory reason", kind: dpShellKind, allowed: true,
+		reason: dpPassed, auditID: forged.AuditID,
+		res: dpResult{status: resp.StatusCode, requestID: resp.Header.Get("X-Request-Id"), auditID: resp.Header.Get("X-Autonomy-Audit-Id")}})
+
 	// A client that sends its own X-Forwarded-Method/-Uri to pass its tool
 	// call off as a GET is still checked: nginx clears them on the auth
 	// subrequest, and the check refuses two pairs that disagree anyway.
-	req, err := http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+	req, err = http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set(dpKindHdr, dpShellKind)
 	req.Header.Set("X-Forwarded-Method", "GET")
 	req.Header.Set("X-Forwarded-Uri", "/")
-	resp, err := dpNoRedirects.Do(req)
+	resp, err = dpNoRedirects.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,222 @@
+package e2e
+
+// Real Caddy from Debian's packages (2.6.2 in Debian 12) in front of the
+// tool runtime, asking the service's HTTP check: the Caddyfile of
+// docs/DEPLOY.md §3, as testdata/caddy/Caddyfile.tmpl. Caddy's check is a
+// GET with no body, so the services read the tool kind from the
+// X-Autonomy-Tool-Kind header (gate.kind_header).
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// dpCaddyFront is one site of the Caddyfile.
+type dpCaddyFront struct {
+	Name    string
+	Port    int
+	Service string // the service's HTTP address
+	Runtime string // the tool runtime's address
+}
+
+// dpStartCaddy runs Caddy with one site per front and returns the base
+// URL of each once Caddy answers on every one of them.
+func dpStartCaddy(t *testing.T, fronts []dpCaddyFront) []string {
+	t.Helper()
+	caddy := NeedProgram(t, "caddy", "the Caddy forward-auth test runs real Caddy; apt-get install caddy")
+	tmpl, err := template.ParseFiles(filepath.Join("testdata", "caddy", "Caddyfile.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		urls, err := dpTryCaddy(t, caddy, tmpl, fronts)
+		if err == nil {
+			return urls
+		}
+		if !strings.Contains(err.Error(), "address already in use") || attempt == dpNginxAttempts {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; retrying on other ports", attempt, err)
+	}
+}
+
+func dpTryCaddy(t *testing.T, caddy string, tmpl *template.Template, services []dpCaddyFront) ([]string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	fronts := make([]dpCaddyFront, len(services))
+	copy(fronts, services)
+	for i := range fronts {
+		fronts[i].Port = dpFreePort(t)
+	}
+	token := uuid.NewString()
+	var conf bytes.Buffer
+	if err := tmpl.Execute(&conf, map[string]any{"Dir": dir, "Fronts": fronts, "Token": token}); err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(confPath, conf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs dpSyncBuffer
+	cmd := exec.Command(caddy, "run", "--adapter", "caddyfile", "--config", confPath)
+	// Caddy keeps its state under $HOME and the XDG directories.
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(stopTimeout):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("caddy logs:\n%s", logs.String())
+		}
+	})
+	urls := make([]string, len(fronts))
+	for i, f := range fronts {
+		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", f.Port)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for pending := urls; len(pending) > 0; {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("caddy exited before serving:\n%s\nconfig:\n%s", logs.String(), conf.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("caddy did not answer on %v within %s:\n%s", pending, startTimeout, logs.String())
+		}
+		if dpAnswers(pending[0]+"/_e2e_ready", token) {
+			pending = pending[1:]
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return urls, nil
+}
+
+// dpGet reads url whole.
+func dpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := dpNoRedirects.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDeployCaddy runs the story through the documented Caddyfile: Caddy
+// asks /v1/authz/ with X-Forwarded-Method/-Uri, copies the audit id (and,
+// in advisory mode, the advisory reason) onto the call only when the check
+// set it, hands the client the deny body, and keeps the client's own
+// copies of those headers from the runtime.
+func TestDeployCaddy(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("caddy"); err != nil {
+		NeedProgram(t, "caddy", "the Caddy forward-auth test runs real Caddy; apt-get install caddy")
+	}
+	st := dpStartStack(t, false)
+	advRT := dpStartRuntime(t)
+	advCfg := filepath.Join(t.TempDir(), "advisory.yaml")
+	if err := os.WriteFile(advCfg, []byte(dpMainConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adv := StartServer(t, ServeOptions{Mode: "advisory", Config: advCfg})
+	urls := dpStartCaddy(t, []dpCaddyFront{
+		{Name: "main service", Service: st.main.HTTPAddr, Runtime: st.rt.Addr},
+		{Name: "1s-window service", Service: st.expiry.HTTPAddr, Runtime: st.rt.Addr},
+		{Name: "advisory service", Service: adv.HTTPAddr, Runtime: advRT.Addr},
+	})
+	// The story reads the audit joins from the services themselves: behind
+	// a proxy, reads are remote and need access tokens (docs/DEPLOY.md §3).
+	front := func(name, base string, s *Server) dpFront {
+		return dpFront{name: name, api: "http://" + s.HTTPAddr, denyBody: true,
+			call: func(t *testing.T, c dpCall) dpResult { return dpHTTPCall(t, base+"/v1/tool", c) }}
+	}
+	main, expiry := front("caddy", urls[0], st.main), front("caddy (1s window)", urls[1], st.expiry)
+	l := dpStory(t, main, expiry)
+
+	// A client's own audit id and advisory reason never reach the runtime;
+	// this preflight goes through Caddy's /v1/preflight route.
+	p := dpPreflight(t, urls[0], "caddy-forged-"+uuid.NewString())
+	req, err := http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(dpKindHdr, dpShellKind)
+	req.Header.Set("X-Autonomy-Preflight-Id", p.PreflightID)
+	req.Header.Set("X-Autonomy-Advisory-Reason", "forged")
+	req.Header.Set("X-Autonomy-Audit-Id", "au_forged")
+	resp, err := dpNoRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	l.expect(t, main, main.api, dpEntry{step: "a call carrying forged decision headers", kind: dpShellKind, allowed: true,
+		reason: dpPassed, auditID: p.AuditID,
+		res: dpResult{status: resp.StatusCode, requestID: resp.Header.Get("X-Request-Id"), auditID: p.AuditID}})
+	l.verify(t, main, st.rt)
+	// The audit route reaches the service, which refuses a proxied read
+	// without a token.
+	if status, body := dpGet(t, urls[0]+"/v1/audit/"+p.AuditID); status != http.StatusForbidden || !strings.Contains(body, "remote-reads-forbidden") {
+		t.Errorf("audit read through Caddy without a token: %d %s, want 403 remote-reads-forbidden", status, body)
+	}
+
+	// Advisory mode: a call without a preflight goes through, and the
+	// runtime learns why from the service, not from the client.
+	call := func(forged string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, urls[2]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(dpKindHdr, dpShellKind)
+		if forged != "" {
+			req.Header.Set("X-Autonomy-Advisory-Reason", forged)
+		}
+		resp, err := dpNoRedirects.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("advisory call without a preflight: status %d, want 200", resp.StatusCode)
+		}
+	}
+	call("")
+	call("forged")
+	calls := advRT.calls(t)
+	if len(calls) != 2 {
+		t.Fatalf("the advisory runtime logged %+v, want two calls", calls)
+	}
+	for _, c := range calls {
+		if c.AdvisoryReason != dpRequired || c.AuditID == "" {
+			t.Errorf("advisory call reached the runtime with %+v, want advisory reason %q and an audit id", c, dpRequired)
+		}
+	}
+}
