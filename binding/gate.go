@@ -70,6 +70,8 @@ type Policy interface {
 // no step (a consume writes its frames through the state.Store).
 type Log interface {
 	AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Frame, error)
+	// Approval is read only for bindings with a step that waits for one.
+	Approval(ctx context.Context, preflightID, stepID string) (wal.Approval, error)
 }
 
 var _ Log = (*wal.DB)(nil)
@@ -337,6 +339,10 @@ type call struct {
 	status    int    // 503 when the ladder could not decide
 	errDetail error
 	digest    string
+	// held marks the steps waiting for an approval not given; heldReason
+	// is approval: pending or approval: rejected when any is.
+	held       []bool
+	heldReason string
 	// argsDigest's memo.
 	digested        bool
 	argsDigestValue string

@@ -65,8 +65,20 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = preflight.ReasonExpired
 		return
 	}
+	if b.NeedsApproval() {
+		reason, err := g.approvalRung(ctx, c, &r)
+		if err != nil {
+			c.status, c.errDetail = http.StatusServiceUnavailable, err
+			return
+		}
+		if reason != "" {
+			c.contract = reason
+			return
+		}
+		status, known = c.bound.knownPlan(&r)
+	}
 	if known {
-		c.contract = planContract(status)
+		c.contract = c.planContract(status)
 		return
 	}
 	res, err := g.o.Store.Peek(ctx, r)
@@ -74,7 +86,69 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
-	c.contract = planContract(res.Status)
+	c.contract = c.planContract(res.Status)
+}
+
+// approvalRung is the approval layer of the ladder, after the expiry and
+// before the replay (SPEC §13). It holds back each step of the call's kind
+// and args that waits for an approval not given, and refuses the call when
+// no step it could consume is left: approval: pending while one of them
+// may still be approved, approval: rejected when all were rejected. The
+// states are read from the store: an approval given on another replica
+// counts at once.
+func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest) (string, error) {
+	steps := c.bound.b.Steps
+	free, pending := false, false
+	for i := range steps {
+		s := &steps[i]
+		if !r.Matches(s) {
+			continue
+		}
+		if s.Approval == nil {
+			free = true
+			continue
+		}
+		a, err := g.o.Store.Approval(ctx, c.bound.b.PreflightID, s.ID)
+		if errors.Is(err, wal.ErrNotFound) {
+			// The binding says the step waits for one: a missing record
+			// (removed with an expired binding) gives nothing.
+			a.State = wal.ApprovalPending
+		} else if err != nil {
+			return "", err
+		}
+		switch {
+		case a.State == wal.ApprovalApproved && a.ArgsDigest == s.ArgsDigest:
+			free = true
+			continue
+		case a.State == wal.ApprovalRejected:
+		default:
+			pending = true
+		}
+		if c.held == nil {
+			c.held = make([]bool, len(steps))
+		}
+		c.held[i] = true
+	}
+	r.Held = c.held
+	if pending {
+		c.heldReason = preflight.ReasonApprovalPending
+	} else if c.held != nil {
+		c.heldReason = preflight.ReasonApprovalRejected
+	}
+	if free {
+		return "", nil
+	}
+	return c.heldReason, nil
+}
+
+// planContract is planContract for the call: a replay of the steps it may
+// consume while others of its kind still wait for an approval is the
+// approval's reason, not a replay.
+func (c *call) planContract(s wal.ConsumeStatus) string {
+	if s == wal.Replay && c.heldReason != "" {
+		return c.heldReason
+	}
+	return planContract(s)
 }
 
 // planContract is the ladder's reason for what a consume would do: none
@@ -132,7 +206,7 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 	// keeps it out of the WAL's commit loop, where the frame is built.
 	digest, _ := c.argsDigest()
 	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
-		RequestID: c.requestID, CallDigest: digest, Time: now}
+		RequestID: c.requestID, CallDigest: digest, Time: now, Held: c.held}
 }
 
 // frame builds the autonomy.decision frame for d. Its attrs are written in
@@ -293,7 +367,7 @@ func (g *Gate) afterConsume(c *call, d Decision, res wal.ConsumeResult) Decision
 		d.StepID = res.StepID
 		return d
 	}
-	reason := planContract(res.Status)
+	reason := c.planContract(res.Status)
 	if g.o.Mode == ModeEnforce {
 		d.Allowed, d.Status, d.Reason = false, http.StatusForbidden, reason
 		return d

@@ -43,7 +43,7 @@ func (e *entry) knownPlan(r *wal.ConsumeRequest) (status wal.ConsumeStatus, ok b
 	}
 	matched := false
 	for i := range e.b.Steps {
-		if !r.Matches(&e.b.Steps[i]) {
+		if !r.Admits(i, &e.b.Steps[i]) {
 			continue
 		}
 		matched = true

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 // SessionKey names the request's repair session (INV-CR-6): the actor's
@@ -47,16 +45,26 @@ func BindingOf(req *Request, d *Decision, expiresAt time.Time) (Binding, error) 
 		ExpiresAt:   expiresAt,
 		Steps:       make([]BoundStep, 0, len(req.Plan.Steps)),
 	}
-	for i, s := range req.Plan.Steps {
-		args := s.Args
-		if args == nil {
-			args = map[string]any{}
-		}
-		digest, err := canon.Digest(args)
+	approvals := map[string]*ApprovalRequired{}
+	for i := range d.Eligibility.ApprovalsRequired {
+		a := &d.Eligibility.ApprovalsRequired[i]
+		approvals[a.StepID] = a
+	}
+	for i := range req.Plan.Steps {
+		s := &req.Plan.Steps[i]
+		digest, err := stepArgsDigest(s)
 		if err != nil {
 			return Binding{}, fmt.Errorf("digest args of step %d (%s): %w", i, s.ID, err)
 		}
-		b.Steps = append(b.Steps, BoundStep{ID: s.ID, Kind: s.Kind, ArgsDigest: digest})
+		bs := BoundStep{ID: s.ID, Kind: s.Kind, ArgsDigest: digest}
+		if a := approvals[s.ID]; a != nil {
+			until, err := time.Parse(time.RFC3339Nano, a.ExpiresAt)
+			if err != nil {
+				return Binding{}, fmt.Errorf("approval expiry of step %d (%s): %w", i, s.ID, err)
+			}
+			bs.Approval = &StepApproval{Authorities: a.Authorities, ExpiresAt: until}
+		}
+		b.Steps = append(b.Steps, bs)
 	}
 	return b, nil
 }

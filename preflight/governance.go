@@ -23,6 +23,12 @@ type Capability struct {
 	Evidence          []string      `json:"evidence"`
 	BindArguments     bool          `json:"bind_arguments"`
 	Contract          *ContractSpec `json:"contract,omitempty"`
+	// PermissionClass names the capability's class for an envelope's
+	// approvalPolicy.requiredFor (seed 003), e.g. "financial-high-impact".
+	PermissionClass string `json:"permission_class,omitempty"`
+	// Approval, when Required, makes every step of the kind wait for a
+	// person's decision before the gate lets it run (approvals.go).
+	Approval *ApprovalSpec `json:"approval,omitempty"`
 }
 
 // ContractSpec is a capability's user-declared clauses (SPEC §7), written in

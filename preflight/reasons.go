@@ -48,6 +48,13 @@ const (
 	// failure: offline, the local WAL lacks an id of the chain.
 	ReasonChainUnverifiableOffline = "contract: chain_unverifiable_offline"
 
+	// ReasonApprovalPending: the step needs a person's approval and has none.
+	// Approvals are a layer of their own: the four contract: preflight_*
+	// reasons of the binding ladder are frozen.
+	ReasonApprovalPending = "approval: pending"
+	// ReasonApprovalRejected: the step's approver rejected it.
+	ReasonApprovalRejected = "approval: rejected"
+
 	// ReasonPreconditionViolated: a declared precondition is false for a step's args.
 	ReasonPreconditionViolated = "clause: precondition_violated"
 	// ReasonInvariantViolated: a declared invariant is false for a step's args.

@@ -123,6 +123,9 @@ type Eligibility struct {
 	RequiredRollback string   `json:"required_rollback,omitempty"`
 	BoundToolKinds   []string `json:"bound_tool_kinds"`
 	ExpiresAt        string   `json:"expires_at"`
+	// ApprovalsRequired lists, on a pass, the steps that wait for a
+	// person's approval (SPEC §13); absent when none does.
+	ApprovalsRequired []ApprovalRequired `json:"approvals_required,omitempty"`
 }
 
 // Binding is what the gate needs to know about a recorded preflight: it is
@@ -139,11 +142,33 @@ type Binding struct {
 }
 
 // BoundStep is one plan step as the gate sees it: its kind and the digest
-// of its canonical arguments.
+// of its canonical arguments, and whether it waits for an approval.
 type BoundStep struct {
 	ID         string `json:"id"`
 	Kind       string `json:"kind"`
 	ArgsDigest string `json:"args_digest"`
+	// Approval is set when the step runs only once approved.
+	Approval *StepApproval `json:"approval,omitempty"`
+}
+
+// Step returns the bound step with id, or nil.
+func (b *Binding) Step(id string) *BoundStep {
+	for i := range b.Steps {
+		if b.Steps[i].ID == id {
+			return &b.Steps[i]
+		}
+	}
+	return nil
+}
+
+// NeedsApproval reports whether any step of b waits for an approval.
+func (b *Binding) NeedsApproval() bool {
+	for i := range b.Steps {
+		if b.Steps[i].Approval != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Admits reports whether the decision binds tool kind kind.

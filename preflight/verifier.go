@@ -164,6 +164,10 @@ func (v *DefaultVerifier) Evaluate(ctx context.Context, in Input) (*Decision, er
 		d.Outcome, d.Reason = compose(rows, clauses)
 	}
 	d.Eligibility = eligibility(d.Outcome, in.Request, in.Envelope, now, v.window)
+	if d.Eligibility.Allowed {
+		expires, _ := time.Parse(time.RFC3339Nano, d.Eligibility.ExpiresAt)
+		d.Eligibility.ApprovalsRequired = approvalsRequired(in.Request, in.Governance, in.Envelope, now, expires)
+	}
 	return d, nil
 }
 

@@ -55,7 +55,73 @@ func encodeBindingRecord(seq uint64, b *preflight.Binding) []byte {
 		v = appendString(v, s.Kind)
 		v = appendDigest(v, s.ArgsDigest)
 	}
+	if b.NeedsApproval() {
+		v = appendApprovals(v, b.Steps)
+	}
 	return v
+}
+
+// approvalsSection tags the optional part of a binding record that follows
+// the steps when any step waits for an approval (doc.go). A record without
+// it is the same bytes it always was.
+const approvalsSection = 1
+
+// appendApprovals writes the approvals section: per step, 0x00 for none,
+// or 0x01, the authorities and the approval's expiry.
+func appendApprovals(v []byte, steps []preflight.BoundStep) []byte {
+	v = append(v, approvalsSection)
+	for _, s := range steps {
+		if s.Approval == nil {
+			v = append(v, 0)
+			continue
+		}
+		v = append(v, 1)
+		v = binary.AppendUvarint(v, uint64(len(s.Approval.Authorities)))
+		for _, a := range s.Approval.Authorities {
+			v = appendString(v, a)
+		}
+		t := s.Approval.ExpiresAt.UTC()
+		v = binary.AppendVarint(v, t.Unix())
+		v = binary.AppendUvarint(v, uint64(t.Nanosecond()))
+	}
+	return v
+}
+
+// readApprovals reads the approvals section into steps.
+func readApprovals(r *recReader, steps []preflight.BoundStep) {
+	if r.byte() != approvalsSection {
+		r.bad = true
+		return
+	}
+	for i := range steps {
+		switch r.byte() {
+		case 0:
+			continue
+		case 1:
+		default:
+			r.bad = true
+			return
+		}
+		n := r.uvarint()
+		if n > uint64(len(r.b)) {
+			r.bad = true
+			return
+		}
+		a := &preflight.StepApproval{Authorities: make([]string, 0, n)}
+		for j := uint64(0); j < n && !r.bad; j++ {
+			a.Authorities = append(a.Authorities, string(r.bytes(r.uvarint())))
+		}
+		sec := r.varint()
+		nsec := r.uvarint()
+		if nsec >= uint64(time.Second) {
+			r.bad = true
+		}
+		if r.bad {
+			return
+		}
+		a.ExpiresAt = time.Unix(sec, int64(nsec)).UTC()
+		steps[i].Approval = a
+	}
 }
 
 func appendString(v []byte, s string) []byte {
@@ -138,9 +204,12 @@ func decodeBindingRecord(id string, v []byte) (preflight.Binding, error) {
 			r.bad = true
 		}
 	}
-	if r.bad || len(r.b) != 0 {
+	if r.bad {
 		return preflight.Binding{}, errBindingRecord
 	}
+	// The approvals section, when there is one, is read once the steps are.
+	rest := r
+	r.b = nil
 	all, at := string(text), 0
 	next := func() string {
 		start := at
@@ -152,6 +221,12 @@ func decodeBindingRecord(id string, v []byte) (preflight.Binding, error) {
 		Steps: make([]preflight.BoundStep, n)}
 	for i := range b.Steps {
 		b.Steps[i] = preflight.BoundStep{ID: next(), Kind: next(), ArgsDigest: next()}
+	}
+	if len(rest.b) > 0 {
+		readApprovals(&rest, b.Steps)
+		if rest.bad || len(rest.b) != 0 {
+			return preflight.Binding{}, errBindingRecord
+		}
 	}
 	return b, nil
 }

@@ -74,6 +74,14 @@ func TestBindingRecordMatchesFrame(t *testing.T) {
 		"before 1970": func(b *preflight.Binding) {
 			b.ExpiresAt = time.Date(1960, 1, 2, 3, 4, 5, 6, time.UTC)
 		},
+		"approvals on some steps": func(b *preflight.Binding) {
+			until := time.Date(2026, 6, 23, 14, 44, 0, 5, time.UTC)
+			b.Steps = []preflight.BoundStep{{ID: "a", Kind: "k1", ArgsDigest: hexDigest},
+				{ID: "b", Kind: "k2", ArgsDigest: hexDigest,
+					Approval: &preflight.StepApproval{Authorities: []string{"role:x", "role:y"}, ExpiresAt: until}},
+				{ID: "c", Kind: "k3", ArgsDigest: "",
+					Approval: &preflight.StepApproval{Authorities: []string{"role:z"}, ExpiresAt: until}}}
+		},
 		"non-ASCII strings": func(b *preflight.Binding) {
 			b.ActorID, b.Tenant = "user:zoë", "tenant\u2028x"
 		},

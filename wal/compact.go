@@ -252,6 +252,9 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 			if err != nil {
 				return err
 			}
+			if err := tx.deleteApprovals(g.attrs.PreflightID); err != nil {
+				return err
+			}
 			c.consumed += n
 		}
 		if sk, ok := g.attrs.sessionKey(); ok {

@@ -65,12 +65,23 @@ type ConsumeRequest struct {
 	// Decision, when set, builds the autonomy.decision frame appended in the
 	// same transaction as the consume.
 	Decision func(ConsumeResult) FrameInput
+	// Held, when set, has true for each step (by index) this call may not
+	// consume: it waits for an approval not given (SPEC §13). Approvals
+	// are only ever given, never taken back, so a step held when the gate
+	// looked may be free by the time of the consume, never the reverse.
+	Held []bool
 }
 
 // Matches reports whether step s is one r may consume: the kind it calls,
 // and the args digest when r binds arguments.
 func (r *ConsumeRequest) Matches(s *preflight.BoundStep) bool {
 	return s.Kind == r.Kind && (r.ArgsDigest == "" || s.ArgsDigest == r.ArgsDigest)
+}
+
+// Admits reports whether r may consume step i, s: it Matches and is not
+// held for an approval.
+func (r *ConsumeRequest) Admits(i int, s *preflight.BoundStep) bool {
+	return r.Matches(s) && (i >= len(r.Held) || !r.Held[i])
 }
 
 // ConsumeResult is what a consume did.
@@ -121,7 +132,7 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	free, digestSeen := -1, false
 	for i := range r.Binding.Steps {
 		s := &r.Binding.Steps[i]
-		if !r.Matches(s) {
+		if !r.Admits(i, s) {
 			continue
 		}
 		digestSeen = true

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -107,7 +108,16 @@ func (rec *PreflightRecord) attrs() (map[string]any, error) {
 	attrs["expires_at"] = b.ExpiresAt.UTC().Format(TimestampFormat)
 	steps := make([]any, len(b.Steps))
 	for i, s := range b.Steps {
-		steps[i] = map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
+		step := map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
+		if s.Approval != nil {
+			authorities := make([]any, len(s.Approval.Authorities))
+			for j, a := range s.Approval.Authorities {
+				authorities[j] = a
+			}
+			step["approval"] = map[string]any{"authorities": authorities,
+				"expires_at": s.Approval.ExpiresAt.UTC().Format(TimestampFormat)}
+		}
+		steps[i] = step
 	}
 	attrs["steps"] = steps
 	// The decision is canonical JSON already (see Decision), so it goes in
@@ -144,6 +154,9 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 	if b.PreflightID != "" {
 		v := encodeBindingRecord(f.Seq, b)
 		if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), v); err != nil {
+			return Frame{}, err
+		}
+		if err := tx.putPendingApprovals(b, rec.Time); err != nil {
 			return Frame{}, err
 		}
 	}
@@ -343,10 +356,23 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 // AuditFrames returns the autonomy.preflight and autonomy.decision frames
 // under auditID, sorted by timestamp ascending, seq breaking ties.
 func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) {
+	return db.AuditFramesOf(ctx, auditID, DefaultAuditKinds)
+}
+
+// DefaultAuditKinds are the kinds of the default audit join.
+var DefaultAuditKinds = []string{KindPreflight, KindDecision}
+
+// AuditFramesOf returns the frames of the given kinds under auditID, sorted
+// by timestamp ascending, seq breaking ties; nil kinds are
+// DefaultAuditKinds.
+func (db *DB) AuditFramesOf(ctx context.Context, auditID string, kinds []string) ([]Frame, error) {
+	if kinds == nil {
+		kinds = DefaultAuditKinds
+	}
 	var out []Frame
 	err := db.View(func(tx *Tx) error {
 		return tx.eachAudit(auditID, func(f Frame) (bool, error) {
-			if f.Kind == KindPreflight || f.Kind == KindDecision {
+			if slices.Contains(kinds, f.Kind) {
 				out = append(out, f)
 			}
 			return true, nil

@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // VerifyReport is the result of Verify.
@@ -297,9 +299,18 @@ func (tx *Tx) verifyBindings(ctx context.Context, rep *VerifyReport) error {
 		}
 		if f.Kind != KindPreflight || a.PreflightID != string(k) || f.AuditID != rec.AuditID ||
 			a.Outcome != rec.Outcome || a.ActorID != rec.ActorID || a.Tenant != rec.Tenant ||
-			!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.Equal(a.Steps, rec.Steps) {
+			!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.EqualFunc(a.Steps, rec.Steps, sameStep) {
 			return bad("differs from its autonomy.preflight frame")
 		}
 	}
 	return nil
+}
+
+// sameStep reports whether two bound steps say the same, approval included.
+func sameStep(a, b preflight.BoundStep) bool {
+	if a.ID != b.ID || a.Kind != b.Kind || a.ArgsDigest != b.ArgsDigest || (a.Approval == nil) != (b.Approval == nil) {
+		return false
+	}
+	return a.Approval == nil || (slices.Equal(a.Approval.Authorities, b.Approval.Authorities) &&
+		a.Approval.ExpiresAt.Equal(b.Approval.ExpiresAt))
 }

@@ -45,7 +45,13 @@ type Token struct {
 	Name string
 	// Tenant is the tenant the token may read, or AllTenants.
 	Tenant string
-	digest [sha256.Size]byte
+	// Roles are the authorities the token's holder has, matched against
+	// the authorities of a step that waits for approval.
+	Roles []string
+	// Subject is the holder's actor id: an approver whose subject is the
+	// preflight's actor may not approve its own step.
+	Subject string
+	digest  [sha256.Size]byte
 }
 
 // NewToken returns the entry for a plaintext token.
@@ -69,10 +75,12 @@ func NewToken(name, tenant, token string) (Token, error) {
 // itself) or sha256 (its lowercase hex digest, so the file need not hold
 // the secret) is given.
 type fileEntry struct {
-	Name   string `yaml:"name"`
-	Token  string `yaml:"token"`
-	SHA256 string `yaml:"sha256"`
-	Tenant string `yaml:"tenant"`
+	Name    string   `yaml:"name"`
+	Token   string   `yaml:"token"`
+	SHA256  string   `yaml:"sha256"`
+	Tenant  string   `yaml:"tenant"`
+	Roles   []string `yaml:"roles"`
+	Subject string   `yaml:"subject"`
 }
 
 // Parse reads a tokens file:
@@ -84,8 +92,14 @@ type fileEntry struct {
 //	  - name: acme-audit
 //	    tenant: acme         # the envelope's tenantIdRef
 //	    sha256: "9f86d0…"    # or the hex SHA-256 of the token instead
+//	  - name: alice
+//	    tenant: acme
+//	    token: "…"
+//	    roles: ["role:refund-approver"]   # authorities for approvals
+//	    subject: "user:alice"             # the holder's actor id
 //
-// Unknown keys, entries without a tenant, duplicate names or tokens, a
+// Unknown keys, entries without a tenant, duplicate names or tokens, an
+// empty or repeated role, a subject with white space at an end, a
 // token that no request could send (white space at an end, a control
 // character), an empty list and a second YAML document with content are
 // errors.
@@ -150,6 +164,10 @@ func Parse(r io.Reader) ([]Token, error) {
 		default:
 			return nil, fmt.Errorf("%w: %s: token or sha256 is required", ErrBadToken, e.Name)
 		}
+		if err := checkIdentity(&e); err != nil {
+			return nil, err
+		}
+		tok.Roles, tok.Subject = e.Roles, e.Subject
 		if digests[tok.digest] {
 			return nil, fmt.Errorf("%w: %s: the same token is listed twice", ErrBadToken, e.Name)
 		}
@@ -157,6 +175,26 @@ func Parse(r io.Reader) ([]Token, error) {
 		out = append(out, tok)
 	}
 	return out, nil
+}
+
+// checkIdentity validates an entry's roles and subject.
+func checkIdentity(e *fileEntry) error {
+	seen := map[string]bool{}
+	for i, r := range e.Roles {
+		switch {
+		case strings.TrimSpace(r) == "":
+			return fmt.Errorf("%w: %s: roles[%d] is empty", ErrBadToken, e.Name, i)
+		case strings.TrimSpace(r) != r:
+			return fmt.Errorf("%w: %s: roles[%d] starts or ends with white space", ErrBadToken, e.Name, i)
+		case seen[r]:
+			return fmt.Errorf("%w: %s: roles[%d] %q is listed twice", ErrBadToken, e.Name, i, r)
+		}
+		seen[r] = true
+	}
+	if strings.TrimSpace(e.Subject) != e.Subject {
+		return fmt.Errorf("%w: %s: subject starts or ends with white space", ErrBadToken, e.Name)
+	}
+	return nil
 }
 
 // emptyDocument reports whether n is a document with nothing in it (a
@@ -206,7 +244,7 @@ type Options struct {
 }
 
 // DefaultReadPrefixes are the read endpoints of SPEC §8 and the explain pages.
-var DefaultReadPrefixes = []string{"/v1/preflight/", "/v1/audit/", "/ui/"}
+var DefaultReadPrefixes = []string{"/v1/preflight/", "/v1/audit/", "/v1/approvals", "/ui/"}
 
 // Guard implements httpapi.Access and guards the read endpoints.
 type Guard struct {
@@ -240,6 +278,18 @@ func (g *Guard) Authorize(r *http.Request) (tenant string, all bool, ok bool) {
 		return "", false, false
 	}
 	return tok.Tenant, tok.Tenant == AllTenants, true
+}
+
+// Approver returns who the request's bearer token names, for the approvals
+// API: ok is false without a valid token. Without a tokens file nobody is
+// an approver, since no role can be told.
+func (g *Guard) Approver(r *http.Request) (httpapi.Approver, bool) {
+	tok, found := g.match(bearer(r))
+	if !found {
+		return httpapi.Approver{}, false
+	}
+	return httpapi.Approver{Name: tok.Name, Tenant: tok.Tenant, All: tok.Tenant == AllTenants,
+		Roles: tok.Roles, Subject: tok.Subject}, true
 }
 
 // match finds the token whose digest is the presented token's. Every entry

@@ -367,6 +367,9 @@ func governanceOf(docs map[string]any) (*preflight.Governance, error) {
 			if err := strictDecode(caps[kind], &c); err != nil {
 				return nil, fmt.Errorf("data: autonomy.capabilities[%q]: %w", kind, err)
 			}
+			if err := c.Approval.Validate(); err != nil {
+				return nil, fmt.Errorf("data: autonomy.capabilities[%q].approval: %w", kind, err)
+			}
 			gov.Capabilities[kind] = c
 		}
 	} else if m["capabilities"] != nil {

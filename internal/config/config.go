@@ -72,7 +72,8 @@ type Config struct {
 	Store          Store          `yaml:"store"`
 	// ReplicaID names this replica in its frames and in the shared store;
 	// "" means the host name (see Replica).
-	ReplicaID string `yaml:"replica_id"`
+	ReplicaID string    `yaml:"replica_id"`
+	Approvals Approvals `yaml:"approvals"`
 
 	// src is where each key was in the loaded file, so errors name lines.
 	src *source
@@ -151,6 +152,20 @@ type Access struct {
 	AllowRemoteReads bool `yaml:"allow_remote_reads"`
 }
 
+// Approvals holds the approvals keys (SPEC §13).
+type Approvals struct {
+	// WebhookURL, when set, receives a JSON POST for each preflight with
+	// new pending approvals.
+	WebhookURL string `yaml:"webhook_url"`
+	// WebhookTimeout bounds each delivery attempt.
+	WebhookTimeout time.Duration `yaml:"webhook_timeout"`
+	// WebhookRetries is how many times a failed delivery is tried again.
+	WebhookRetries int `yaml:"webhook_retries"`
+}
+
+// MaxWebhookRetries bounds approvals.webhook_retries.
+const MaxWebhookRetries = 10
+
 // Gateway holds the built-in gateway's keys beside upstream and
 // gateway_addr.
 type Gateway struct {
@@ -223,13 +238,14 @@ func Default() Config {
 		},
 		HTTP: HTTP{MaxBodyBytes: 1 << 20, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
-		Gate:    Gate{Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
-		WAL:     WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
-		Log:     Log{Level: "info", Decisions: true},
-		Policy:  Policy{Timeout: 250 * time.Millisecond},
-		Tracing: Tracing{SampleRatio: 1},
-		Reload:  Reload{Watch: true, Debounce: 250 * time.Millisecond},
-		Store:   defaultStore(),
+		Gate:      Gate{Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
+		WAL:       WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
+		Log:       Log{Level: "info", Decisions: true},
+		Policy:    Policy{Timeout: 250 * time.Millisecond},
+		Tracing:   Tracing{SampleRatio: 1},
+		Reload:    Reload{Watch: true, Debounce: 250 * time.Millisecond},
+		Store:     defaultStore(),
+		Approvals: Approvals{WebhookTimeout: 5 * time.Second, WebhookRetries: 3},
 	}
 }
 
@@ -273,7 +289,7 @@ var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
 
 // integerKeys are the keys whose values are whole numbers.
 var integerKeys = []string{"contract_refine.max_repair_attempts", "contract_refine.binding_cache_size",
-	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit"}
+	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit", "approvals.webhook_retries"}
 
 // notInPath reports a character gate.path cannot hold.
 func notInPath(r rune) bool { return r == '?' || r == '#' || r <= ' ' || r == 0x7f }
@@ -413,6 +429,17 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("tracing.otlp_endpoint", "%q is not an http:// or https:// URL (http for plaintext OTLP/gRPC, https for TLS)", e)
 		}
+	}
+	if u := c.Approvals.WebhookURL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad("approvals.webhook_url", "%q is not an http(s) URL", u)
+		}
+	}
+	if c.Approvals.WebhookTimeout <= 0 {
+		bad("approvals.webhook_timeout", "must be positive, got %s", c.Approvals.WebhookTimeout)
+	}
+	if r := c.Approvals.WebhookRetries; r < 0 || r > MaxWebhookRetries {
+		bad("approvals.webhook_retries", "must be between 0 and %d, got %d", MaxWebhookRetries, r)
 	}
 	if c.Reload.Debounce <= 0 {
 		bad("reload.debounce", "must be positive, got %s", c.Reload.Debounce)

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ import (
 // Log is where the audit join reads the frames of an audit id.
 type Log interface {
 	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
+	AuditFramesOf(ctx context.Context, auditID string, kinds []string) ([]wal.Frame, error)
 }
 
 var _ Log = (*wal.DB)(nil)
@@ -86,6 +88,14 @@ type Options struct {
 	NoDecisionLog bool
 	Observer      Observer
 	Access        Access
+	// Approvers tells who presents a decision to the approvals API
+	// (SPEC §13); nil refuses every decision.
+	Approvers Approvers
+	// ApprovalsRequested, when set, is called once a recorded preflight's
+	// approvals are pending (the approvals.webhook_url notification).
+	ApprovalsRequested func(ctx context.Context, b *preflight.Binding)
+	// Replica names this replica in the frames it writes.
+	Replica string
 }
 
 // API is the HTTP handler.
@@ -119,6 +129,7 @@ func New(o Options) *API {
 	a.mux.HandleFunc("/v1/preflight", a.methodNotAllowed("POST"))
 	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed("GET, HEAD"))
 	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed("GET, HEAD"))
+	a.routeApprovals()
 	return a
 }
 
@@ -411,6 +422,9 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 			a.unavailable(w, "record preflight", err)
 			return
 		}
+		if a.o.ApprovalsRequested != nil && b.NeedsApproval() {
+			a.o.ApprovalsRequested(r.Context(), &b)
+		}
 	}
 	if a.o.Observer != nil {
 		a.o.Observer.Preflight(d.Outcome, d.Reason, d.Attempt, time.Since(start))
@@ -514,7 +528,12 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
-	frames, err := a.o.Log.AuditFrames(r.Context(), id)
+	kinds, msg := auditKindsOf(r.URL.Query()["include"])
+	if msg != "" {
+		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", msg, false)
+		return
+	}
+	frames, err := a.o.Log.AuditFramesOf(r.Context(), id, kinds)
 	if err != nil {
 		a.unavailable(w, "read audit frames", err)
 		return
@@ -538,6 +557,38 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
 	w.Write(bytes.TrimSuffix(body.Bytes(), []byte("\n")))
+}
+
+// KindOutcome is the frame kind of a tool outcome (SPEC §12), joined with
+// include=outcome.
+const KindOutcome = "autonomy.outcome"
+
+// auditKindsOf reads the include parameter of an audit join: outcome,
+// approval or all, comma-separated or repeated, added to the default
+// kinds; another value is refused with the message to answer.
+func auditKindsOf(include []string) ([]string, string) {
+	kinds := slices.Clone(wal.DefaultAuditKinds)
+	add := func(k string) {
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	for _, v := range include {
+		for name := range strings.SplitSeq(v, ",") {
+			switch strings.TrimSpace(name) {
+			case "outcome":
+				add(KindOutcome)
+			case "approval":
+				add(wal.KindApproval)
+			case "all":
+				add(KindOutcome)
+				add(wal.KindApproval)
+			default:
+				return nil, "include must name outcome, approval or all."
+			}
+		}
+	}
+	return kinds, ""
 }
 
 func (a *API) authorize(r *http.Request) (tenant string, all, ok bool) {
@@ -571,4 +622,5 @@ func denyWith(d *preflight.Decision, reason string) {
 	d.Outcome, d.Reason = preflight.OutcomeDeny, reason
 	d.Eligibility.Allowed = false
 	d.Eligibility.BoundToolKinds = []string{}
+	d.Eligibility.ApprovalsRequired = nil
 }

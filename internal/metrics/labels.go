@@ -23,7 +23,7 @@ var knownReasons = []string{
 	preflight.ReasonExpectedEvidenceMissing, preflight.ReasonAttestationStale,
 	preflight.ReasonDecisionChainIncomplete, preflight.ReasonChainUnverifiableOffline,
 	preflight.ReasonPreconditionViolated, preflight.ReasonInvariantViolated,
-	preflight.ReasonPostconditionViolated,
+	preflight.ReasonPostconditionViolated, preflight.ReasonApprovalPending, preflight.ReasonApprovalRejected,
 	"policy: allowed", "policy: denied", "gate: malformed_tool_call", "gate: partial_body",
 }
 
@@ -34,6 +34,8 @@ var knownCodes = []string{
 	httpapi.CodeDeadlineExceeded, httpapi.CodeIdempotencyKeyReused, httpapi.CodeIdempotencyInProgress,
 	httpapi.CodeRequestTooLarge, httpapi.CodeUnsupportedMediaType, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
 	httpapi.CodeNotFound, httpapi.CodeUnauthorized, httpapi.CodeMethodNotAllowed,
+	httpapi.CodeApproverNotAuthorized, httpapi.CodeApprovalAlreadyDecided, httpapi.CodeApproverIsActor,
+	httpapi.CodeApprovalExpired,
 	access.CodeRemoteReadsForbidden,
 	gateway.CodeUpstreamUnavailable, gateway.CodePathRejected, gateway.CodeUpgradeRefused,
 	gateway.CodeBodyUnreadable,

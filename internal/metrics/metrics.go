@@ -52,6 +52,9 @@ type Options struct {
 	WALPath string
 	// NoRuntimeCollectors leaves out the Go and process collectors.
 	NoRuntimeCollectors bool
+	// PendingApprovals, when set, counts the approvals waiting for a
+	// decision, read at scrape time for autonomy_approvals_pending.
+	PendingApprovals func() (float64, error)
 }
 
 // Metrics holds the service's collectors. Its methods are safe for
@@ -73,6 +76,7 @@ type Metrics struct {
 	mode               *prometheus.GaugeVec
 	bundleInfo         *prometheus.GaugeVec
 	bundleReloads      *prometheus.CounterVec
+	approvals          approvalMetrics
 
 	reasons  labelSet
 	codes    labelSet
@@ -174,6 +178,7 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 	cs := []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
 		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
 		m.walCommitErrors, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
+	cs = append(cs, m.approvals.init(o)...)
 	if o.WALPath != "" {
 		path := o.WALPath
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -33,7 +33,7 @@ type observability struct {
 
 // newObservability builds the metrics on the registry the caller passed
 // (or a fresh one: never the global default) and the tracer provider.
-func newObservability(ctx context.Context, cfg *config.Config, o *Options) (observability, error) {
+func newObservability(ctx context.Context, cfg *config.Config, o *Options, pending func() (float64, error)) (observability, error) {
 	obs := observability{registry: o.Registry, interval: o.ReadinessInterval}
 	if obs.registry == nil {
 		obs.registry = prometheus.NewRegistry()
@@ -42,7 +42,8 @@ func newObservability(ctx context.Context, cfg *config.Config, o *Options) (obse
 		obs.interval = DefaultReadinessInterval
 	}
 	var err error
-	obs.metrics, err = metrics.New(obs.registry, metrics.Options{WALPath: filepath.Join(cfg.DataDir, wal.FileName)})
+	obs.metrics, err = metrics.New(obs.registry, metrics.Options{WALPath: filepath.Join(cfg.DataDir, wal.FileName),
+		PendingApprovals: pending})
 	if err != nil {
 		return obs, err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/gateway"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/internal/ids"
+	"github.com/contractrefine/autonomy/internal/webhook"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -85,6 +86,7 @@ type Server struct {
 	obs       observability
 	checker   extauthz.Checker // the gate, traced when tracing is on
 	reloadMu  sync.Mutex
+	notifier  *webhook.Notifier
 }
 
 // LoadBundle loads the configured bundle with the configured limits.
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.sec = sec
-	if s.obs, err = newObservability(ctx, &cfg, &o); err != nil {
+	if s.obs, err = newObservability(ctx, &cfg, &o, s.pendingApprovals); err != nil {
 		return nil, err
 	}
 	b, err := LoadBundle(ctx, &cfg)
@@ -157,23 +159,25 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
 		Offline: cfg.ContractRefine.Offline, Now: s.now})
 	s.api = httpapi.New(httpapi.Options{
-		Verifier:          verifier,
-		Store:             db,
-		Log:               db,
-		Bundle:            func() httpapi.Bundle { return s.bundle.Load() },
-		Disabled:          mode == binding.ModeDisabled,
-		MaxBodyBytes:      cfg.HTTP.MaxBodyBytes,
-		BindingWindow:     cfg.ContractRefine.BindingWindow,
-		MaxRepairAttempts: cfg.ContractRefine.MaxRepairAttempts,
-		SessionWait:       answerWindow(cfg.HTTP.WriteTimeout),
-		StoreRawRequests:  cfg.WAL.StoreRawRequests,
-		Now:               s.now,
-		NewPreflightID:    ids.Preflight,
-		NewAuditID:        ids.Audit,
-		Logger:            s.log,
-		NoDecisionLog:     !cfg.Log.Decisions,
-		Access:            s.sec.access,
-		Observer:          s.obs.metrics,
+		Verifier:           verifier,
+		Store:              db,
+		Log:                db,
+		Bundle:             func() httpapi.Bundle { return s.bundle.Load() },
+		Disabled:           mode == binding.ModeDisabled,
+		MaxBodyBytes:       cfg.HTTP.MaxBodyBytes,
+		BindingWindow:      cfg.ContractRefine.BindingWindow,
+		MaxRepairAttempts:  cfg.ContractRefine.MaxRepairAttempts,
+		SessionWait:        answerWindow(cfg.HTTP.WriteTimeout),
+		StoreRawRequests:   cfg.WAL.StoreRawRequests,
+		Now:                s.now,
+		NewPreflightID:     ids.Preflight,
+		NewAuditID:         ids.Audit,
+		Logger:             s.log,
+		NoDecisionLog:      !cfg.Log.Decisions,
+		Access:             s.sec.access,
+		Observer:           s.obs.metrics,
+		Approvers:          s.sec.access,
+		ApprovalsRequested: s.startNotifier(),
 	})
 	s.health = health.NewServer()
 	opts := append(s.sec.grpcOptions(), s.obs.grpcOptions()...)
@@ -210,6 +214,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/preflight/", s.api)
 	mux.Handle("/v1/audit", s.api) // else the ServeMux redirects it to /v1/audit/
 	mux.Handle("/v1/audit/", s.api)
+	mux.Handle("/v1/approvals", s.api)
+	mux.Handle("/v1/approvals/", s.api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}`))
@@ -422,6 +428,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	stopBackground()
 	stopCompaction()
+	s.stopNotifier()
 	s.shutdownTracing()
 	if err := s.db.Close(); err != nil && runErr == nil {
 		runErr = err
@@ -452,6 +459,7 @@ func modeNote(m config.Mode) string {
 
 // Close releases what New opened, for a Server that never ran.
 func (s *Server) Close() error {
+	s.stopNotifier()
 	s.shutdownTracing()
 	return s.db.Close()
 }

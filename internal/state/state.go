@@ -115,7 +115,32 @@ type Store interface {
 	// the zero Session.
 	Session(ctx context.Context, key string) (wal.Session, error)
 
-	// Approvals (SPEC §13) are added here as methods of the same kind.
+	// Approvals (SPEC §13). RecordPreflight also records, for every step
+	// of rec.Binding whose Approval is set, a pending wal.Approval of that
+	// step (its args digest, authorities and expiry, the binding's tenant
+	// and actor, RequestedAt = rec.Time), in the same all-or-nothing write.
+
+	// Approval returns the approval of one step of a preflight;
+	// wal.ErrNotFound when the step waits for none (or its binding is gone).
+	// A decided approval never changes again, so callers may cache it;
+	// never a pending one.
+	Approval(ctx context.Context, preflightID, stepID string) (wal.Approval, error)
+	// DecideApproval records in.Decision on a pending approval, atomically
+	// with the check that it is pending: of N concurrent decisions exactly
+	// one succeeds, the others get wal.ErrApprovalDecided with the recorded
+	// approval. At or after the approval's ExpiresAt (compared with
+	// in.DecidedAt) nothing is written and the error is
+	// wal.ErrApprovalExpired; an approval never recorded is
+	// wal.ErrNotFound. On success it appends an autonomy.approval frame
+	// under the binding's audit id to this process's log and returns the
+	// approval as decided (Decided.Seq names the frame), once both are
+	// durable.
+	DecideApproval(ctx context.Context, in wal.ApprovalInput) (wal.Approval, error)
+	// ListApprovals returns up to q.Limit approvals q.Match keeps, newest
+	// preflight id first (ids sort by creation time), and the cursor of the
+	// next page: q.After set to it continues strictly after the last one
+	// returned; "" when there is no next page.
+	ListApprovals(ctx context.Context, q wal.ApprovalQuery) ([]wal.Approval, string, error)
 }
 
 var _ Store = (*wal.DB)(nil)

@@ -30,7 +30,24 @@ type Envelope struct {
 	AllowedTools []string
 	ToolPolicy   ToolPolicy
 	Budget       Budget
+	Approval     ApprovalPolicy
 }
+
+// ApprovalPolicy is the envelope's approvalPolicy. With Mode "always", a
+// step whose capability's permission_class is in RequiredFor waits for an
+// approval by one of AuthorityRefs, for up to TimeoutSeconds (0: for as
+// long as the binding lasts). Other modes ("policy-driven") leave the
+// decision to the bundle's capabilities.
+type ApprovalPolicy struct {
+	Mode           string
+	RequiredFor    []string
+	TimeoutSeconds int
+	AuthorityRefs  []string
+}
+
+// ApprovalModeAlways is the approvalPolicy mode that requires approval for
+// every step of a class in requiredFor.
+const ApprovalModeAlways = "always"
 
 // ToolPolicy is the envelope's toolPolicy.
 type ToolPolicy struct {

@@ -20,6 +20,9 @@ const (
 	msgDuplicateMember = "The member name appears more than once in its object."
 	msgDeadlineBefore  = "deadlineUtc must not be earlier than timestampUtc."
 	msgTimestampFormat = "%s must be an RFC 3339 UTC timestamp ending in Z."
+	// msgApprovalAuthorities: mode always with requiredFor names approvals
+	// that nobody could give.
+	msgApprovalAuthorities = "authorityRefs must name at least one authority when mode is always and requiredFor is not empty."
 )
 
 // requiredMessages explains each required top-level field in the caller's

@@ -91,6 +91,7 @@ func Validate(raw []byte) (*Envelope, []FieldError) {
 	errs := rd.errs
 	errs = appendSchemaErrors(errs, compiledSchema().Validate(obj))
 	errs, ts, deadline := appendTimeErrors(errs, obj)
+	errs = appendApprovalErrors(errs, obj)
 	if len(errs) > 0 {
 		return nil, order(raw, errs)
 	}
@@ -153,6 +154,20 @@ func appendTimeErrors(errs []located, obj map[string]any) ([]located, time.Time,
 	return errs, ts, deadline
 }
 
+// appendApprovalErrors refuses an approvalPolicy that requires approvals
+// nobody may give: mode "always" with classes in requiredFor and no
+// authorityRefs. A missing authority is never filled in with a default.
+func appendApprovalErrors(errs []located, obj map[string]any) []located {
+	ap, _ := obj["approvalPolicy"].(map[string]any)
+	if stringAt(ap, "mode") != ApprovalModeAlways || len(stringsOf(ap["requiredFor"])) == 0 {
+		return errs
+	}
+	if len(stringsOf(ap["authorityRefs"])) == 0 {
+		errs = append(errs, newLocated([]string{"approvalPolicy", "authorityRefs"}, msgApprovalAuthorities, rankCode, false, len(errs)))
+	}
+	return errs
+}
+
 func newLocated(tokens []string, msg string, rank int, missing bool, seq int) located {
 	escaped := make([]string, len(tokens))
 	for i, t := range tokens {
@@ -175,6 +190,7 @@ func build(obj map[string]any, input json.RawMessage, ts, deadline time.Time) *E
 	actor, _ := obj["actor"].(map[string]any)
 	tool, _ := obj["toolPolicy"].(map[string]any)
 	budget, _ := obj["budget"].(map[string]any)
+	approval, _ := obj["approvalPolicy"].(map[string]any)
 	allowSideEffects, _ := tool["allowSideEffects"].(bool)
 	return &Envelope{
 		ContractVersion: stringAt(obj, "contractVersion"),
@@ -194,6 +210,12 @@ func build(obj map[string]any, input json.RawMessage, ts, deadline time.Time) *E
 			AllowSideEffects: allowSideEffects,
 		},
 		Budget: Budget{MaxToolCalls: intOf(budget["maxToolCalls"])},
+		Approval: ApprovalPolicy{
+			Mode:           stringAt(approval, "mode"),
+			RequiredFor:    stringsOf(approval["requiredFor"]),
+			TimeoutSeconds: intOf(approval["timeoutSeconds"]),
+			AuthorityRefs:  stringsOf(approval["authorityRefs"]),
+		},
 	}
 }
 

@@ -82,6 +82,7 @@ func TestValidateSeedExamples(t *testing.T) {
 				AllowedTools:    []string{"document.search.v2"},
 				ToolPolicy:      ToolPolicy{DefaultDecision: "deny", MaxCalls: 4, AllowSideEffects: false},
 				Budget:          Budget{MaxToolCalls: 4},
+				Approval:        ApprovalPolicy{Mode: "policy-driven", RequiredFor: []string{}, TimeoutSeconds: 300, AuthorityRefs: []string{}},
 			},
 		},
 		"high-risk": {
@@ -100,6 +101,8 @@ func TestValidateSeedExamples(t *testing.T) {
 				AllowedTools:    []string{"customer.read.v3", "refund.create.v2"},
 				ToolPolicy:      ToolPolicy{DefaultDecision: "deny", MaxCalls: 5, AllowSideEffects: true},
 				Budget:          Budget{MaxToolCalls: 4},
+				Approval: ApprovalPolicy{Mode: ApprovalModeAlways, RequiredFor: []string{"financial-high-impact"},
+					TimeoutSeconds: 900, AuthorityRefs: []string{"role:refund-approver"}},
 			},
 		},
 	}
@@ -164,6 +167,18 @@ func TestValidateRules(t *testing.T) {
 		"deadline before timestamp": {
 			edit:      func(m map[string]any) { m["deadlineUtc"] = "2026-06-23T14:29:59Z" },
 			wantPaths: []string{"/deadlineUtc"},
+		},
+		"approval always with classes and no authority": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{"financial-high-impact"},
+					"timeoutSeconds": 900, "authorityRefs": []any{}}
+			},
+			wantPaths: []string{"/approvalPolicy/authorityRefs"},
+		},
+		"approval always with no classes accepted": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{}, "authorityRefs": []any{}}
+			},
 		},
 		"deadline equal to timestamp accepted": {
 			edit: func(m map[string]any) { m["deadlineUtc"] = m["timestampUtc"] },
