@@ -48,6 +48,9 @@ func Run(t *testing.T, open Opener) {
 		"SessionLockSerialises":   sessionLockSerialises,
 		"SessionConcurrentCounts": sessionConcurrentCounts,
 	}
+	for name, fn := range approvalTests {
+		tests[name] = fn
+	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) { fn(t, open) })
 	}
