@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -47,4 +48,26 @@ func preEncode(in FrameInput) (FrameInput, error) {
 	}
 	in.Attrs = e
 	return in, nil
+}
+
+// AttrReplica is the attr naming the replica that wrote a frame.
+const AttrReplica = "replica"
+
+// withReplica returns e with "replica" set to name, unless the attrs name a
+// replica already.
+func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(e.canonical, &m); err != nil {
+		return nil, fmt.Errorf("wal: frame attrs: %w", err)
+	}
+	if _, ok := m[AttrReplica]; ok {
+		return e, nil
+	}
+	v, _ := json.Marshal(name)
+	m[AttrReplica] = v
+	b, err := canon.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("wal: frame attrs: %w", err)
+	}
+	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
 }

@@ -196,12 +196,7 @@ func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
 		return res, err
 	}
 	if res.Status == Consumed {
-		attrs := map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
-			"tool_kind": r.Kind, "request_id": r.RequestID}
-		if r.CallDigest != "" {
-			attrs["args_digest"] = r.CallDigest
-		}
-		f, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time, Attrs: attrs})
+		f, err := tx.Append(r.consumedFrame(res))
 		if err != nil {
 			return res, err
 		}
@@ -216,4 +211,15 @@ func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// consumedFrame is the autonomy.preflight_consumed frame of a consume that
+// spent step res.StepIndex.
+func (r *ConsumeRequest) consumedFrame(res ConsumeResult) FrameInput {
+	attrs := map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
+		"tool_kind": r.Kind, "request_id": r.RequestID}
+	if r.CallDigest != "" {
+		attrs["args_digest"] = r.CallDigest
+	}
+	return FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time, Attrs: attrs}
 }

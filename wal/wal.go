@@ -79,6 +79,10 @@ type Options struct {
 	// CompactChunk caps how many frames one compaction transaction removes,
 	// so compaction never holds the commit loop for long. Zero means 256.
 	CompactChunk int
+	// Replica, when set, is written into every appended frame's attrs as
+	// "replica": the name of the replica that wrote it, so frames gathered
+	// from several replicas' logs say where each came from.
+	Replica string
 }
 
 // DB is an open log.
@@ -299,7 +303,7 @@ func (db *DB) commit(batch []*write) {
 				for _, name := range timeOrdered {
 					btx.Bucket(name).FillPercent = 0.9
 				}
-				tx := &Tx{btx: btx, head: &head, writing: true}
+				tx := &Tx{btx: btx, head: &head, writing: true, replica: db.opts.Replica}
 				for i, w := range batch {
 					if err := w.fn(tx); err != nil {
 						failed, fnErr = i, err
@@ -386,6 +390,7 @@ type Tx struct {
 	head     *chainPoint
 	writing  bool
 	appended bool
+	replica  string // Options.Replica
 }
 
 // Append adds a frame to the log, assigning its seq and chain hash.
@@ -396,6 +401,11 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 	attrs, err := encodeAttrs(in.Attrs)
 	if err != nil {
 		return Frame{}, err
+	}
+	if tx.replica != "" {
+		if attrs, err = attrs.withReplica(tx.replica); err != nil {
+			return Frame{}, err
+		}
 	}
 	f := Frame{
 		Seq:       tx.head.Seq + 1,

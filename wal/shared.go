@@ -1,0 +1,63 @@
+package wal
+
+import "context"
+
+// A store that keeps the state apart from the log (a shared store such as
+// etcd) still writes every frame here, the replica's record of proof, but
+// not the state: these write the frames alone.
+
+// AppendPreflight durably appends the autonomy.preflight frame of rec and
+// nothing else: no binding index, session count or idempotency record.
+func (db *DB) AppendPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
+	m, err := rec.attrs()
+	if err != nil {
+		return Frame{}, err
+	}
+	return db.AppendDecision(ctx, FrameInput{Kind: KindPreflight, AuditID: rec.Binding.AuditID, Time: rec.Time, Attrs: m})
+}
+
+// AppendConsume durably appends, in one commit, the frames of a consume
+// decided elsewhere: the autonomy.preflight_consumed frame when res spent a
+// step, and r.Decision's frame when r.Decision is set. No marker is
+// written.
+func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeResult) ([]Frame, error) {
+	var ins []FrameInput
+	if res.Status == Consumed {
+		ins = append(ins, r.consumedFrame(res))
+	}
+	if r.Decision != nil {
+		ins = append(ins, r.Decision(res))
+	}
+	for i := range ins {
+		var err error
+		if ins[i], err = preEncode(ins[i]); err != nil {
+			return nil, err
+		}
+	}
+	var frames []Frame
+	err := db.Update(ctx, func(tx *Tx) error {
+		frames = frames[:0]
+		for _, in := range ins {
+			f, err := tx.Append(in)
+			if err != nil {
+				return err
+			}
+			frames = append(frames, f)
+		}
+		return nil
+	})
+	return frames, err
+}
+
+// EncodeFrame returns f as the log stores it: JSON, or packed when its
+// attrs are large and shrink (doc.go). DecodeFrame reads either back.
+func EncodeFrame(f *Frame) []byte {
+	if p := packAttrs(f.Attrs); p != nil {
+		return f.encodePacked(p)
+	}
+	return f.encode()
+}
+
+// HashMatches reports whether f's hash is the one its contents and
+// prev_hash give: a frame copied out of a log was not altered on the way.
+func (f *Frame) HashMatches() bool { return f.hashMatches() }
