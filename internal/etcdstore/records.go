@@ -1,0 +1,276 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// bindingRecord is the JSON before the decision bytes in P b/<id>.
+type bindingRecord struct {
+	AuditID   string                `json:"audit_id"`
+	Outcome   preflight.Outcome     `json:"outcome"`
+	ActorID   string                `json:"actor_id"`
+	Tenant    string                `json:"tenant,omitempty"`
+	ExpiresAt time.Time             `json:"expires_at"`
+	Steps     []preflight.BoundStep `json:"steps"`
+	Replica   string                `json:"replica"`
+}
+
+// sessionRecord is P s/<key>.
+type sessionRecord struct {
+	Attempts   int `json:"attempts"`
+	RepairFrom int `json:"repair_from,omitempty"`
+}
+
+func encodeBinding(b *preflight.Binding, decision []byte, replica string) []byte {
+	meta, _ := json.Marshal(bindingRecord{AuditID: b.AuditID, Outcome: b.Outcome, ActorID: b.ActorID,
+		Tenant: b.Tenant, ExpiresAt: b.ExpiresAt.UTC(), Steps: b.Steps, Replica: replica})
+	// encoding/json never writes a raw newline, so the first one ends it.
+	out := make([]byte, 0, len(meta)+1+len(decision))
+	out = append(append(meta, '\n'), decision...)
+	return out
+}
+
+func decodeBinding(id string, v []byte) (preflight.Binding, []byte, error) {
+	i := bytes.IndexByte(v, '\n')
+	if i < 0 {
+		return preflight.Binding{}, nil, fmt.Errorf("%w: binding %s has no decision", wal.ErrCorrupt, id)
+	}
+	var r bindingRecord
+	if err := json.Unmarshal(v[:i], &r); err != nil {
+		return preflight.Binding{}, nil, fmt.Errorf("%w: binding %s: %v", wal.ErrCorrupt, id, err)
+	}
+	b := preflight.Binding{PreflightID: id, AuditID: r.AuditID, Outcome: r.Outcome, ActorID: r.ActorID,
+		Tenant: r.Tenant, ExpiresAt: r.ExpiresAt.UTC(), Steps: r.Steps}
+	return b, v[i+1:], nil
+}
+
+// withLease runs a write with the current bucket's lease, granting one
+// again once when etcd no longer knows the cached one.
+func (s *Store) withLease(ctx context.Context, write func(clientv3.LeaseID) error) error {
+	for try := 0; ; try++ {
+		lctx, cancel := s.opCtx(ctx)
+		id, err := s.leases.current(lctx, s.now())
+		err = s.seen(lctx, err)
+		cancel()
+		if err != nil {
+			return err
+		}
+		err = write(id)
+		if try == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.leases.forget(id)
+			continue
+		}
+		return err
+	}
+}
+
+// RecordPreflight writes the autonomy.preflight frame to the replica's log,
+// then, in one etcd transaction, the binding, the audit id's outcome, the
+// session attempt, the idempotency record and the frame's copy. A session
+// counted or a key recorded since they were read is wal.ErrConflict; the
+// frame then stays in the local log alone.
+func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (wal.Frame, error) {
+	b := &rec.Binding
+	frame, err := s.log.AppendPreflight(ctx, rec)
+	if err != nil {
+		return wal.Frame{}, err
+	}
+	for try := 0; try < 8; try++ {
+		var cmps []clientv3.Cmp
+		var sessVal string
+		if rec.SessionKey != "" || rec.Idempotency != nil {
+			st, err := s.readGuards(ctx, &rec)
+			if err != nil {
+				return wal.Frame{}, err
+			}
+			if rec.SessionKey != "" {
+				if rec.SessionAttempt > 0 && st.sess.Attempts != rec.SessionAttempt-1 {
+					return wal.Frame{}, wal.ErrConflict
+				}
+				next := st.sess
+				next.Attempts++
+				if next.RepairFrom == 0 && b.Outcome == preflight.OutcomeRepairRequired {
+					next.RepairFrom = next.Attempts
+				}
+				v, _ := json.Marshal(sessionRecord{Attempts: next.Attempts, RepairFrom: next.RepairFrom})
+				sessVal = string(v)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.p.session(rec.SessionKey)), "=", st.sessRev))
+			}
+			if rec.Idempotency != nil {
+				if st.idemRev != 0 && st.idem.PreflightID != rec.IdempotencyReplaces {
+					return wal.Frame{}, wal.ErrConflict
+				}
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.p.idempotency(rec.Idempotency.Key)), "=", st.idemRev))
+			}
+		}
+		var ok bool
+		err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
+			l := clientv3.WithLease(lease)
+			ops := []clientv3.Op{
+				clientv3.OpPut(s.p.binding(b.PreflightID), string(encodeBinding(b, rec.Decision, s.o.Replica)), l),
+				clientv3.OpPut(s.p.audit(b.AuditID), string(b.Outcome), l),
+				clientv3.OpPut(s.p.frame(frame.AuditID, s.o.Replica, frame.Seq), string(wal.EncodeFrame(&frame)), l),
+			}
+			if rec.SessionKey != "" {
+				ops = append(ops, clientv3.OpPut(s.p.session(rec.SessionKey), sessVal, l))
+			}
+			if rec.Idempotency != nil {
+				v, _ := json.Marshal(rec.Idempotency)
+				ops = append(ops, clientv3.OpPut(s.p.idempotency(rec.Idempotency.Key), string(v), l))
+			}
+			octx, cancel := s.opCtx(ctx)
+			defer cancel()
+			resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+			if err != nil {
+				return s.seen(octx, err)
+			}
+			s.seen(octx, nil)
+			ok = resp.Succeeded
+			return nil
+		})
+		if err != nil {
+			return wal.Frame{}, err
+		}
+		if ok {
+			return frame, nil
+		}
+		// A guard moved between the read and the write: read again; an
+		// attempt or key that no longer holds is refused above.
+	}
+	return wal.Frame{}, wal.ErrConflict
+}
+
+// guards is what a preflight's write is conditioned on.
+type guards struct {
+	sess    wal.Session
+	sessRev int64
+	idem    wal.IdempotencyRecord
+	idemRev int64
+}
+
+// readGuards reads the session counters and the idempotency record in
+// one request.
+func (s *Store) readGuards(ctx context.Context, rec *wal.PreflightRecord) (guards, error) {
+	var g guards
+	var ops []clientv3.Op
+	if rec.SessionKey != "" {
+		ops = append(ops, clientv3.OpGet(s.p.session(rec.SessionKey)))
+	}
+	if rec.Idempotency != nil {
+		ops = append(ops, clientv3.OpGet(s.p.idempotency(rec.Idempotency.Key)))
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	if err = s.seen(octx, err); err != nil {
+		return g, err
+	}
+	i := 0
+	if rec.SessionKey != "" {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			var r sessionRecord
+			if err := json.Unmarshal(kvs[0].Value, &r); err != nil {
+				return g, fmt.Errorf("%w: session %s: %v", wal.ErrCorrupt, rec.SessionKey, err)
+			}
+			g.sess, g.sessRev = wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, kvs[0].ModRevision
+		}
+		i++
+	}
+	if rec.Idempotency != nil {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if err := json.Unmarshal(kvs[0].Value, &g.idem); err != nil {
+				return g, fmt.Errorf("%w: idempotency record: %v", wal.ErrCorrupt, err)
+			}
+			g.idemRev = kvs[0].ModRevision
+		}
+	}
+	return g, nil
+}
+
+// get reads one key; wal.ErrNotFound when it does not exist.
+func (s *Store) get(ctx context.Context, key string) ([]byte, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, key)
+	if err = s.seen(octx, err); err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, wal.ErrNotFound
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// Binding returns the binding recorded for a preflight id.
+func (s *Store) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
+	v, err := s.get(ctx, s.p.binding(preflightID))
+	if err != nil {
+		return preflight.Binding{}, err
+	}
+	b, _, err := decodeBinding(preflightID, v)
+	return b, err
+}
+
+// Decision returns the decision bytes exactly as recorded.
+func (s *Store) Decision(ctx context.Context, preflightID string) ([]byte, error) {
+	v, err := s.get(ctx, s.p.binding(preflightID))
+	if err != nil {
+		return nil, err
+	}
+	_, d, err := decodeBinding(preflightID, v)
+	return d, err
+}
+
+// ChainStatus reports whether a preflight was recorded under auditID and
+// whether it passed.
+func (s *Store) ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error) {
+	v, err := s.get(ctx, s.p.audit(auditID))
+	if errors.Is(err, wal.ErrNotFound) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return true, preflight.Outcome(v) == preflight.OutcomePass, nil
+}
+
+// Session returns a repair session's counters; the zero Session when none.
+func (s *Store) Session(ctx context.Context, key string) (wal.Session, error) {
+	v, err := s.get(ctx, s.p.session(key))
+	if errors.Is(err, wal.ErrNotFound) {
+		return wal.Session{}, nil
+	}
+	if err != nil {
+		return wal.Session{}, err
+	}
+	var r sessionRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return wal.Session{}, fmt.Errorf("%w: session %s: %v", wal.ErrCorrupt, key, err)
+	}
+	return wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, nil
+}
+
+// Idempotency returns the record of an idempotency key.
+func (s *Store) Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error) {
+	v, err := s.get(ctx, s.p.idempotency(key))
+	if err != nil {
+		return wal.IdempotencyRecord{}, err
+	}
+	var r wal.IdempotencyRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return wal.IdempotencyRecord{}, fmt.Errorf("%w: idempotency record: %v", wal.ErrCorrupt, err)
+	}
+	r.Key = key
+	return r, nil
+}

@@ -1,0 +1,230 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/contractrefine/autonomy/internal/state"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// Errors of the store.
+var (
+	// ErrUnavailable wraps every failure to reach etcd, or to hear from it
+	// within the request timeout: callers deny (503).
+	ErrUnavailable = errors.New("etcdstore: etcd unavailable")
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix         = "/contractrefine/"
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 2 * time.Second
+	DefaultRecordTTL      = 24 * time.Hour
+	// claimTTL is the lease of the claims and session locks this process
+	// holds: how long they outlive its death.
+	claimTTL = 10
+)
+
+// Options configures Open. Zero values mean the defaults.
+type Options struct {
+	Endpoints []string
+	// Prefix starts every key (store.etcd.prefix).
+	Prefix         string
+	DialTimeout    time.Duration
+	RequestTimeout time.Duration
+	// TLS, when set, is the client's TLS configuration.
+	TLS *tls.Config
+	// RecordTTL is how long records stay readable (store.etcd.record_ttl).
+	RecordTTL time.Duration
+	// Replica names this replica in markers and frame keys.
+	Replica string
+	// Log is this replica's WAL: every frame is written there first.
+	Log    *wal.DB
+	Logger *slog.Logger
+	// OnAvailable, when set, is told each change of etcd's availability as
+	// this process sees it (a metric).
+	OnAvailable func(ok bool)
+	// Now is the clock of lease buckets; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is the state of internal/state, kept in etcd. It is safe for
+// concurrent use by any number of goroutines and processes.
+type Store struct {
+	cli     *clientv3.Client
+	o       Options
+	log     *wal.DB
+	logger  *slog.Logger
+	now     func() time.Time
+	p       keys
+	leases  leases
+	locks   keyLocks
+	healthy atomic.Bool
+
+	// bg lives as long as the store: the keep-alive of its claim lease.
+	bg   context.Context
+	stop context.CancelFunc
+
+	sessMu  sync.Mutex
+	session *concurrency.Session
+}
+
+var _ state.Store = (*Store)(nil)
+
+// Open connects to etcd. It does not wait for etcd to answer: a store
+// opened while etcd is down serves (and Probe answers) once etcd is back.
+func Open(o Options) (*Store, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, errors.New("etcdstore: no endpoints")
+	}
+	if o.Log == nil {
+		return nil, errors.New("etcdstore: no log")
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.RecordTTL <= 0 {
+		o.RecordTTL = DefaultRecordTTL
+	}
+	if o.Replica == "" {
+		o.Replica = "replica"
+	}
+	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix)}
+	if s.logger == nil {
+		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            o.Endpoints,
+		DialTimeout:          o.DialTimeout,
+		DialKeepAliveTime:    o.RequestTimeout * 5,
+		DialKeepAliveTimeout: o.RequestTimeout,
+		TLS:                  o.TLS,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	s.cli = cli
+	s.bg, s.stop = context.WithCancel(context.Background())
+	s.leases = leases{cli: cli, ttl: o.RecordTTL}
+	s.healthy.Store(true)
+	return s, nil
+}
+
+// Close closes the client; the claims and locks it held go with its
+// lease.
+func (s *Store) Close() error {
+	s.sessMu.Lock()
+	if s.session != nil {
+		s.session.Orphan()
+	}
+	s.sessMu.Unlock()
+	s.stop()
+	return s.cli.Close()
+}
+
+// Replica is the replica name the store writes under.
+func (s *Store) Replica() string { return s.o.Replica }
+
+// Client is the etcd client (the shared-store check reads through it).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the key prefix.
+func (s *Store) Prefix() string { return s.o.Prefix }
+
+// Probe reports whether etcd answers a linearizable read (which needs a
+// quorum) within the request timeout.
+func (s *Store) Probe(ctx context.Context) error {
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	_, err := s.cli.Get(ctx, s.p.probe(), clientv3.WithCountOnly())
+	return s.seen(ctx, err)
+}
+
+// Available reports what the last etcd request said of etcd.
+func (s *Store) Available() bool { return s.healthy.Load() }
+
+// opCtx bounds one etcd request by the request timeout.
+func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.o.RequestTimeout)
+}
+
+// seen records what an etcd request's error says of etcd's availability
+// and returns the error as callers get it: nil, or wrapping
+// ErrUnavailable. A request given up by its own caller says nothing of
+// etcd.
+func (s *Store) seen(ctx context.Context, err error) error {
+	if err == nil {
+		s.setAvailable(true, nil)
+		return nil
+	}
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	s.setAvailable(false, err)
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// setAvailable logs and reports each change of availability once.
+func (s *Store) setAvailable(ok bool, err error) {
+	if s.healthy.Swap(ok) == ok {
+		return
+	}
+	if ok {
+		s.logger.Info("etcd available again", "endpoints", strings.Join(s.o.Endpoints, ","))
+	} else {
+		s.logger.Error("etcd unavailable; denying until it answers", "endpoints", strings.Join(s.o.Endpoints, ","), "err", err)
+	}
+	if s.o.OnAvailable != nil {
+		s.o.OnAvailable(ok)
+	}
+}
+
+// concSession returns this process's lease for claims and locks, making a
+// new one when the last was lost (etcd down longer than its TTL).
+func (s *Store) concSession(ctx context.Context) (*concurrency.Session, error) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if s.session != nil {
+		select {
+		case <-s.session.Done():
+			s.session = nil
+		default:
+			return s.session, nil
+		}
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	g, err := s.cli.Grant(ctx, claimTTL)
+	if err != nil {
+		return nil, s.seen(ctx, err)
+	}
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(g.ID), concurrency.WithContext(s.bg))
+	if err != nil {
+		return nil, s.seen(ctx, err)
+	}
+	s.session = sess
+	return sess, nil
+}
