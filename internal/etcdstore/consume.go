@@ -94,7 +94,6 @@ func (s *Store) decodeSeen(id string, rs []*etcdserverpb.ResponseOp) (*seenState
 	return st, nil
 }
 
-
 // Peek reports what Consume would do now, in one read.
 func (s *Store) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	octx, cancel := s.opCtx(ctx)
