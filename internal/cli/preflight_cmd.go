@@ -32,9 +32,10 @@ const (
 func newPreflight(stdout, stderr io.Writer) *cobra.Command {
 	var file, server, token string
 	var dryRun, asJSON bool
+	var example string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "preflight -f plan.json",
+		Use:   "preflight -f plan.json | --example NAME",
 		Short: "Submit a PreflightRequest and print the verdict with its contract rows and repair hints",
 		Long: `Submit a PreflightRequest (SPEC §3.1) from a file ("-" reads stdin) to the
 service and print the verdict: outcome and reason, the seven contract rows and
@@ -42,9 +43,27 @@ any clause rows (advisory failures marked), each repair hint, and the
 preflight id with its expiry.
 
 Exit status: 0 pass, 2 repair_required, 3 deny, 1 when no decision was made
-(the error body's code, path and message are printed).`,
+(the error body's code, path and message are printed).
+
+--example NAME prints a PreflightRequest that passes on the default bundle
+(plain: without an envelope; envelope: with one), the example of
+docs/API.md with its attestation and envelope times made fresh, and sends
+nothing:
+
+  autonomy preflight --example plain | autonomy preflight -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if example != "" {
+				text, err := ExampleText(example)
+				if err != nil {
+					return err
+				}
+				_, err = stdout.Write(Freshen(text, time.Now()))
+				return err
+			}
+			if file == "" {
+				return fmt.Errorf("preflight: give the plan with -f FILE (or -f - for stdin), or print one with --example %s", strings.Join(ExampleNames(), "|"))
+			}
 			body, err := readPlan(cmd, file)
 			if err != nil {
 				return err
@@ -90,7 +109,8 @@ Exit status: 0 pass, 2 repair_required, 3 deny, 1 when no decision was made
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "evaluate without recording (no ids, not bindable, no repair budget spent)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision JSON as returned")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the verdict")
-	_ = cmd.MarkFlagRequired("file")
+	cmd.Flags().StringVar(&example, "example", "", "print an example PreflightRequest that passes on the default bundle ("+strings.Join(ExampleNames(), ", ")+") and exit")
+	cmd.MarkFlagsMutuallyExclusive("file", "example")
 	return cmd
 }
 
