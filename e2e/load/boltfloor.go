@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -10,55 +9,66 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// scBoltWrite is the store's own floor: the least durable bbolt write, one
-// Update with one small put in a fresh file, measured in this process on
-// the file system holding the service's data directory.
+// The store's own floor: the least durable bbolt write, one Update with
+// one small put in a fresh file, on the file system holding the service's
+// data directory.
 const (
 	targetStore = "bbolt"
 	scBoltWrite = "least durable write"
 )
 
-// leastBoltWrite times serial Updates of one 16-byte put each (a new key
-// every time) in a fresh bbolt file in dir, for d or at most 5,000 writes,
-// after 20 untimed ones.
-func leastBoltWrite(ctx context.Context, dir string, d time.Duration) (result, error) {
+// leastWriter makes least durable writes: serial Updates of one 16-byte
+// put each (a new key every time) in a fresh bbolt file. The load command
+// makes one after each serial consume, outside the consume's timing, so
+// both are measured on the same disk at the same moments: on a disk shared
+// with other jobs a sync's cost swings by several times within a minute.
+type leastWriter struct {
+	db  *bolt.DB
+	n   uint64
+	lat []time.Duration
+}
+
+// newLeastWriter opens a fresh file in dir and makes 20 untimed writes.
+func newLeastWriter(dir string) (*leastWriter, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return result{}, err
+		return nil, err
 	}
 	db, err := bolt.Open(filepath.Join(dir, "least.db"), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	defer db.Close()
-	bucket := []byte("b")
-	var key [8]byte
-	value := make([]byte, 16)
-	n := uint64(0)
-	put := func() error {
-		n++
-		binary.BigEndian.PutUint64(key[:], n)
-		return db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists(bucket)
-			if err != nil {
-				return err
-			}
-			return b.Put(key[:], value)
-		})
-	}
+	w := &leastWriter{db: db}
 	for range 20 {
-		if err := put(); err != nil {
-			return result{}, err
+		if err := w.write(); err != nil {
+			db.Close()
+			return nil, err
 		}
 	}
-	var lat []time.Duration
-	start := time.Now()
-	for len(lat) < 5000 && time.Since(start) < d && ctx.Err() == nil {
-		t0 := time.Now()
-		if err := put(); err != nil {
-			return result{}, err
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	r := summarize(1, lat, time.Since(start))
-	return r, ctx.Err()
+	w.lat = w.lat[:0]
+	return w, nil
 }
+
+// write makes one timed write.
+func (w *leastWriter) write() error {
+	var key [8]byte
+	w.n++
+	binary.BigEndian.PutUint64(key[:], w.n)
+	t0 := time.Now()
+	err := w.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		return b.Put(key[:], make([]byte, 16))
+	})
+	w.lat = append(w.lat, time.Since(t0))
+	return err
+}
+
+// result is the writes made so far; its rate is meaningless (they were
+// spread over a scenario) and left out.
+func (w *leastWriter) result() result {
+	return summarize(1, w.lat, 0)
+}
+
+func (w *leastWriter) close() error { return w.db.Close() }

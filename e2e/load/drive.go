@@ -53,6 +53,12 @@ type call func(ctx context.Context, i int) error
 // drive runs fn from conc goroutines until d has passed or limit calls
 // (when limit > 0) were made, timing every call.
 func drive(ctx context.Context, conc int, d time.Duration, limit int, fn call) result {
+	return driveBetween(ctx, conc, d, limit, fn, nil)
+}
+
+// driveBetween is drive, calling between (when not nil) after each call,
+// outside its timing; an error from between counts as the call's.
+func driveBetween(ctx context.Context, conc int, d time.Duration, limit int, fn call, between func() error) result {
 	var (
 		next     atomic.Int64
 		errs     atomic.Int64
@@ -75,6 +81,9 @@ func drive(ctx context.Context, conc int, d time.Duration, limit int, fn call) r
 				t0 := time.Now()
 				err := fn(ctx, i)
 				mine = append(mine, time.Since(t0))
+				if between != nil && err == nil {
+					err = between()
+				}
 				if err != nil {
 					errs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
@@ -103,8 +112,10 @@ func drive(ctx context.Context, conc int, d time.Duration, limit int, fn call) r
 func summarize(conc int, lat []time.Duration, elapsed time.Duration) result {
 	slices.Sort(lat)
 	r := result{Conc: conc, Calls: len(lat), Seconds: elapsed.Seconds()}
-	if len(lat) > 0 {
+	if elapsed > 0 {
 		r.PerSecond = float64(len(lat)) / elapsed.Seconds()
+	}
+	if len(lat) > 0 {
 		r.P50Micros = micros(lat[len(lat)/2])
 		r.P99Micros = micros(lat[min(len(lat)-1, len(lat)*99/100)])
 	}

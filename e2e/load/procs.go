@@ -95,6 +95,25 @@ type proc struct {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
+// errorLines is the first n error lines of the process's log so far, for a
+// scenario that saw unexpected answers ("" when none or no log).
+func (p *proc) errorLines(n int) string {
+	raw, err := os.ReadFile(p.logs)
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if len(out) < n && strings.Contains(line, `"level":"ERROR"`) {
+			out = append(out, line)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; the service logged: " + strings.Join(out, " ")
+}
+
 // stop ends the process: SIGTERM, then SIGKILL if it lingers.
 func (p *proc) stop() error {
 	if p.stdin != nil {
