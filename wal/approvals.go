@@ -120,18 +120,12 @@ func (tx *Tx) putPendingApprovals(b *preflight.Binding, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range b.Steps {
-		if s.Approval == nil {
-			continue
-		}
-		a := Approval{PreflightID: b.PreflightID, StepID: s.ID, AuditID: b.AuditID, Tenant: b.Tenant,
-			ActorID: b.ActorID, ToolKind: s.Kind, ArgsDigest: s.ArgsDigest, Authorities: s.Approval.Authorities,
-			RequestedAt: at.UTC(), ExpiresAt: s.Approval.ExpiresAt.UTC(), State: ApprovalPending}
+	for _, a := range PendingApprovalsOf(b, at) {
 		v, err := json.Marshal(&a)
 		if err != nil {
 			return err
 		}
-		if err := bucket.Put(approvalKey(b.PreflightID, s.ID), v); err != nil {
+		if err := bucket.Put(approvalKey(b.PreflightID, a.StepID), v); err != nil {
 			return err
 		}
 	}
@@ -187,32 +181,71 @@ func (tx *Tx) decideApproval(in *ApprovalInput) (Approval, error) {
 	if err != nil {
 		return a, err
 	}
-	switch {
-	case a.State != ApprovalPending:
-		return a, ErrApprovalDecided
-	case !in.DecidedAt.Before(a.ExpiresAt):
-		return a, ErrApprovalExpired
-	case in.Decision != DecisionApprove && in.Decision != DecisionReject:
-		return a, fmt.Errorf("wal: approval decision %q is neither approve nor reject", in.Decision)
+	if err := a.CanDecide(in); err != nil {
+		return a, err
 	}
-	f, err := tx.Append(FrameInput{Kind: KindApproval, AuditID: a.AuditID, Time: in.DecidedAt,
-		Attrs: approvalAttrs(&a, in)})
+	f, err := tx.Append(a.DecisionFrame(in))
 	if err != nil {
 		return a, err
 	}
-	d := in.ApprovalDecision
-	d.DecidedAt, d.Seq, d.Roles = in.DecidedAt.UTC(), f.Seq, slices.Clone(d.Roles)
-	a.Decided = &d
-	a.State = ApprovalRejected
-	if d.Decision == DecisionApprove {
-		a.State = ApprovalApproved
-	}
+	a = a.DecidedBy(in, f.Seq)
 	v, err := json.Marshal(&a)
 	if err != nil {
 		return a, err
 	}
 	return a, tx.btx.Bucket(bucketApprovals).Put(approvalKey(a.PreflightID, a.StepID), v)
 }
+
+// CanDecide reports whether in may decide a: ErrApprovalDecided once it
+// is decided, ErrApprovalExpired at or after its expiry, an error for a
+// decision that is neither approve nor reject.
+func (a *Approval) CanDecide(in *ApprovalInput) error {
+	switch {
+	case a.State != ApprovalPending:
+		return ErrApprovalDecided
+	case !in.DecidedAt.Before(a.ExpiresAt):
+		return ErrApprovalExpired
+	case in.Decision != DecisionApprove && in.Decision != DecisionReject:
+		return fmt.Errorf("wal: approval decision %q is neither approve nor reject", in.Decision)
+	}
+	return nil
+}
+
+// DecisionFrame is the autonomy.approval frame recording in on a.
+func (a *Approval) DecisionFrame(in *ApprovalInput) FrameInput {
+	return FrameInput{Kind: KindApproval, AuditID: a.AuditID, Time: in.DecidedAt, Attrs: approvalAttrs(a, in)}
+}
+
+// DecidedBy returns a as in decides it, its frame being seq.
+func (a Approval) DecidedBy(in *ApprovalInput, seq uint64) Approval {
+	d := in.ApprovalDecision
+	d.DecidedAt, d.Seq, d.Roles = in.DecidedAt.UTC(), seq, slices.Clone(d.Roles)
+	a.Decided = &d
+	a.State = ApprovalRejected
+	if d.Decision == DecisionApprove {
+		a.State = ApprovalApproved
+	}
+	return a
+}
+
+// PendingApprovalsOf are the pending approvals of b's steps that wait for
+// one, requested at at.
+func PendingApprovalsOf(b *preflight.Binding, at time.Time) []Approval {
+	var out []Approval
+	for _, s := range b.Steps {
+		if s.Approval == nil {
+			continue
+		}
+		out = append(out, Approval{PreflightID: b.PreflightID, StepID: s.ID, AuditID: b.AuditID, Tenant: b.Tenant,
+			ActorID: b.ActorID, ToolKind: s.Kind, ArgsDigest: s.ArgsDigest, Authorities: s.Approval.Authorities,
+			RequestedAt: at.UTC(), ExpiresAt: s.Approval.ExpiresAt.UTC(), State: ApprovalPending})
+	}
+	return out
+}
+
+// ApprovalKey is the key an approval sorts by: the preflight id, a zero
+// byte, the step id (the cursor of ListApprovals).
+func ApprovalKey(preflightID, stepID string) string { return string(approvalKey(preflightID, stepID)) }
 
 // approvalAttrs are the autonomy.approval frame's attrs: the step and its
 // args digest, the decision, and the approver's token name, roles and

@@ -41,7 +41,7 @@ func plan(r *wal.ConsumeRequest, st *seenState) wal.ConsumeResult {
 	free, matched := -1, false
 	for i := range r.Binding.Steps {
 		step := &r.Binding.Steps[i]
-		if !r.Matches(step) {
+		if !r.Admits(i, step) {
 			continue
 		}
 		matched = true
@@ -130,7 +130,7 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	id := r.Binding.PreflightID
 	try := -1
 	for i := range r.Binding.Steps {
-		if r.Matches(&r.Binding.Steps[i]) {
+		if r.Admits(i, &r.Binding.Steps[i]) {
 			try = i
 			break
 		}

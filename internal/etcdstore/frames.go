@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -44,7 +45,16 @@ func (s *Store) AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Fram
 // replica's own frames whose copies expired. They are sorted by timestamp,
 // then replica, then seq, so every replica gives the same list.
 func (s *Store) AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error) {
-	return s.auditFrames(ctx, auditID, func(f *wal.Frame) bool { return f.Kind == wal.KindPreflight || f.Kind == wal.KindDecision })
+	return s.AuditFramesOf(ctx, auditID, nil)
+}
+
+// AuditFramesOf is AuditFrames for the given kinds; nil kinds are
+// wal.DefaultAuditKinds.
+func (s *Store) AuditFramesOf(ctx context.Context, auditID string, kinds []string) ([]wal.Frame, error) {
+	if kinds == nil {
+		kinds = wal.DefaultAuditKinds
+	}
+	return s.auditFrames(ctx, auditID, func(f *wal.Frame) bool { return slices.Contains(kinds, f.Kind) }, kinds)
 }
 
 type replicaFrame struct {
@@ -53,7 +63,7 @@ type replicaFrame struct {
 	at      time.Time
 }
 
-func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.Frame) bool) ([]wal.Frame, error) {
+func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.Frame) bool, kinds []string) ([]wal.Frame, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.p.frames(auditID), clientv3.WithPrefix())
@@ -75,7 +85,7 @@ func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.
 			all = append(all, replicaFrame{f: f, replica: rep})
 		}
 	}
-	local, err := s.log.AuditFrames(ctx, auditID)
+	local, err := s.log.AuditFramesOf(ctx, auditID, kinds)
 	if err != nil {
 		return nil, err
 	}

@@ -125,6 +125,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			if rec.SessionKey != "" {
 				ops = append(ops, clientv3.OpPut(s.p.session(rec.SessionKey), sessVal, l))
 			}
+			ops = append(ops, s.pendingApprovalOps(&rec, l)...)
 			if rec.Idempotency != nil {
 				v, _ := json.Marshal(rec.Idempotency)
 				ops = append(ops, clientv3.OpPut(s.p.idempotency(rec.Idempotency.Key), string(v), l))
