@@ -153,4 +153,3 @@ func (s *Store) ListApprovals(ctx context.Context, q wal.ApprovalQuery) ([]wal.A
 		end = string(resp.Kvs[len(resp.Kvs)-1].Key)
 	}
 }
-
