@@ -104,11 +104,20 @@ type Result struct {
 // RunAutonomy runs `autonomy args...` to completion.
 func RunAutonomy(t testing.TB, args ...string) Result {
 	t.Helper()
+	return runAutonomyAs(t, nil, args...)
+}
+
+// runAutonomyAs is RunAutonomy with the child's process attributes (e.g.
+// another user's credentials); nil means the test's own.
+func runAutonomyAs(t testing.TB, attr *syscall.SysProcAttr, args ...string) Result {
+	t.Helper()
+	bin := Binary(t) // built first: the build is not the run's time
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = attr
 	err := cmd.Run()
 	res := Result{Stdout: stdout.String(), Stderr: stderr.String(), Code: cmd.ProcessState.ExitCode()}
 	if err != nil && cmd.ProcessState == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/server"
 	"github.com/contractrefine/autonomy/internal/tracing"
+	"github.com/contractrefine/autonomy/wal"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
@@ -193,8 +194,15 @@ func newServe(stderr io.Writer) *cobra.Command {
 			log := NewLogger(stderr, cfg.Log.Level)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version})
+			// Bound first: a port in use stops serve before the WAL is
+			// opened, so it leaves nothing in the data directory.
+			lns, err := server.ListenAll(&cfg)
 			if err != nil {
+				return err
+			}
+			srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version, Listeners: lns})
+			if err != nil {
+				lns.Close()
 				return err
 			}
 			return runServer(ctx, srv, log)
@@ -232,6 +240,9 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			if err := server.CheckSecurity(&cfg); err != nil {
+				return err
+			}
+			if err := wal.CheckDir(cfg.DataDir); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "configuration ok: mode %s, bundle %s (revision %s, %d capabilities)\n",

@@ -46,6 +46,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Listeners, when set, are the listeners Run serves on (ListenAll);
+	// else Run binds the configured addresses itself.
+	Listeners *Listeners
 	// Listening, when set, is called once every listener is bound, with the
 	// addresses actually bound (so ":0" can be used).
 	Listening func(Addrs)
@@ -82,6 +85,7 @@ type Server struct {
 	ready     atomic.Bool
 	probeMu   sync.Mutex
 	listening func(Addrs)
+	lns       *Listeners
 	sec       security
 	obs       observability
 	checker   extauthz.Checker // the gate, traced when tracing is on
@@ -103,7 +107,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	if cfg.StoreBackend() != config.BackendBBolt {
 		return nil, fmt.Errorf("store.backend %s: this build serves the bbolt backend only", cfg.StoreBackend())
 	}
-	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening}
+	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening, lns: o.Listeners}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -346,20 +350,57 @@ func Listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
+// Listeners are the service's listeners. serve binds them before New
+// opens the WAL, so that a port in use stops it before it creates
+// anything in the data directory.
+type Listeners struct {
+	HTTP, GRPC net.Listener
+	// Gateway is nil without an upstream.
+	Gateway net.Listener
+}
+
+// ListenAll binds the listeners cfg names: HTTP, gRPC and, with an
+// upstream, the gateway's. On an error none stays open.
+func ListenAll(cfg *config.Config) (*Listeners, error) {
+	l := &Listeners{}
+	var err error
+	if l.HTTP, err = Listen(cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen http_addr %s: %w", cfg.HTTPAddr, err)
+	}
+	if l.GRPC, err = Listen(cfg.GRPCAddr); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listen grpc_addr %s: %w", cfg.GRPCAddr, err)
+	}
+	if cfg.Upstream != "" {
+		if l.Gateway, err = Listen(cfg.GatewayAddr); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("listen gateway_addr %s: %w", cfg.GatewayAddr, err)
+		}
+	}
+	return l, nil
+}
+
+// Close closes every listener that is open.
+func (l *Listeners) Close() {
+	for _, ln := range []net.Listener{l.HTTP, l.GRPC, l.Gateway} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
 // Run serves until ctx ends, then stops accepting, lets in-flight requests
 // finish (up to ShutdownTimeout) and closes the WAL.
 func (s *Server) Run(ctx context.Context) error {
-	httpLn, err := Listen(s.cfg.HTTPAddr)
-	if err != nil {
-		s.db.Close()
-		return fmt.Errorf("listen http_addr %s: %w", s.cfg.HTTPAddr, err)
+	lns := s.lns
+	if lns == nil {
+		var err error
+		if lns, err = ListenAll(&s.cfg); err != nil {
+			s.db.Close()
+			return err
+		}
 	}
-	grpcLn, err := Listen(s.cfg.GRPCAddr)
-	if err != nil {
-		httpLn.Close()
-		s.db.Close()
-		return fmt.Errorf("listen grpc_addr %s: %w", s.cfg.GRPCAddr, err)
-	}
+	httpLn, grpcLn := lns.HTTP, lns.GRPC
 	servers := []*http.Server{s.httpServer(s.Handler())}
 	listeners := []net.Listener{httpLn}
 	attrs := []any{"http_addr", httpLn.Addr().String(), "grpc_addr", addrString(grpcLn),
@@ -368,13 +409,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"tls", s.sec.tls.HTTP != nil, "mtls", s.cfg.TLS.ClientCAFile != "", "read_tokens", s.sec.access.TokensConfigured()}
 	if s.cfg.Upstream != "" {
 		up, _ := url.Parse(s.cfg.Upstream)
-		gwLn, err := Listen(s.cfg.GatewayAddr)
-		if err != nil {
-			httpLn.Close()
-			grpcLn.Close()
-			s.db.Close()
-			return fmt.Errorf("listen gateway_addr %s: %w", s.cfg.GatewayAddr, err)
-		}
+		gwLn := lns.Gateway
 		// The gateway also serves the API routes (with the HTTP listener's
 		// access rules), so its address is the deployment's one front URL.
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
@@ -459,6 +494,9 @@ func modeNote(m config.Mode) string {
 
 // Close releases what New opened, for a Server that never ran.
 func (s *Server) Close() error {
+	if s.lns != nil {
+		s.lns.Close()
+	}
 	s.stopNotifier()
 	s.shutdownTracing()
 	return s.db.Close()
