@@ -40,6 +40,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -156,8 +157,8 @@ func (f *fltFixture) wantUnavailable(t *testing.T, tag string) {
 		t.Errorf("%s: check answered allowed=%v %q (%v), want %s", tag, allowed, reason, err, reasonUnavailable)
 	}
 	status, body, _, err := f.c.post(soakEchoRequest("flt-"+tag+"-503", 1))
-	if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), httpapi.CodeVerifierUnavailable) {
-		t.Errorf("%s: preflight answered %d %s (%v), want 503 %s", tag, status, body, err, httpapi.CodeVerifierUnavailable)
+	if err != nil || status != http.StatusServiceUnavailable || !strings.Contains(string(body), preflight.CodeVerifierUnavailable) {
+		t.Errorf("%s: preflight answered %d %s (%v), want 503 %s", tag, status, body, err, preflight.CodeVerifierUnavailable)
 	}
 }
 
@@ -594,8 +595,8 @@ func TestFaultInjectedStorage(t *testing.T) {
 				}
 				before := logs.count(errText)
 				status, body := svc.postPreflight(t, soakEchoRequest(fmt.Sprintf("inj-during-%d", i), 1))
-				if tc.fault == fltWrites && (status != http.StatusServiceUnavailable || !strings.Contains(string(body), httpapi.CodeVerifierUnavailable)) {
-					t.Errorf("preflight during %s: %d %s, want 503 %s", name, status, body, httpapi.CodeVerifierUnavailable)
+				if tc.fault == fltWrites && (status != http.StatusServiceUnavailable || !strings.Contains(string(body), preflight.CodeVerifierUnavailable)) {
+					t.Errorf("preflight during %s: %d %s, want 503 %s", name, status, body, preflight.CodeVerifierUnavailable)
 				}
 				if tc.fault == fltWrites && logs.count(errText)-before != 1 {
 					t.Errorf("preflight during %s: %d error lines naming %q, want 1", name, logs.count(errText)-before, errText)
@@ -640,10 +641,11 @@ func startInProcess(t *testing.T, store *fltStore, log *slog.Logger) *fltService
 	}
 	gate := binding.New(binding.Options{Store: store, Log: store, Policy: func() binding.Policy { return b },
 		Mode: binding.ModeEnforce, NewID: ids.Audit, Logger: log})
-	api := httpapi.New(httpapi.Options{
-		Verifier: preflight.NewVerifier(preflight.Options{Chain: store.DB}), Store: store, Log: store,
-		Bundle: func() httpapi.Bundle { return b }, MaxRepairAttempts: 1,
-		NewPreflightID: ids.Preflight, NewAuditID: ids.Audit, Logger: log})
+	api := httpapi.New(httpapi.Options{Store: store, Log: store, Logger: log,
+		Submit: submit.New(submit.Options{
+			Verifier: preflight.NewVerifier(preflight.Options{Chain: store.DB}), Store: store,
+			Bundle: func() submit.Bundle { return b }, MaxRepairAttempts: 1,
+			NewPreflightID: ids.Preflight, NewAuditID: ids.Audit, Logger: log})})
 	mux := http.NewServeMux()
 	mux.Handle("/v1/preflight", api)
 	mux.Handle("/v1/preflight/", api)

@@ -14,9 +14,6 @@ var (
 	ErrNoChainResolver = errors.New("preflight: no chain resolver configured")
 )
 
-// CodeMalformedRequest is the SPEC §3.3 code of every RequestError.
-const CodeMalformedRequest = "malformed-request"
-
 // RequestError is why a PreflightRequest body could not be decoded. Path is
 // a JSON Pointer into the body ("" for the whole document), so the HTTP
 // layer can put it in the error body as is.

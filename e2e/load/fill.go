@@ -9,6 +9,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -18,28 +19,32 @@ const fillChunk = 2000
 // template is a real one-step tool.echo decision, made by the verifier
 // under the embedded bundle, whose ids are swapped for fresh ones per
 // preflight: filling a million frames cannot afford the verifier each time.
+// Each copy is recorded as the preflight core records a decision
+// (submit.Service.Recorder).
 type template struct {
-	req      *preflight.Request
+	d        preflight.Decision
 	decision []byte
 	pfID     []byte
 	auditID  []byte
+	record1  func(d *preflight.Decision, out []byte, now time.Time) (wal.PreflightRecord, error)
 	revision string
 }
 
-func newTemplate(ctx context.Context, now time.Time, window time.Duration) (*template, error) {
+func newTemplate(ctx context.Context, db *wal.DB, now time.Time, window time.Duration) (*template, error) {
 	b, err := bundle.Load(ctx, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	req, rerr := preflight.DecodeRequest(preflightBody("session:fill"))
-	if rerr != nil {
-		return nil, rerr
+	svc := submit.New(submit.Options{
+		Verifier: preflight.NewVerifier(preflight.Options{BindingWindow: window, Now: func() time.Time { return now }}),
+		Store:    db, Bundle: func() submit.Bundle { return b }, BindingWindow: window, Now: func() time.Time { return now },
+	})
+	body := preflightBody("session:fill")
+	ans, e := svc.Submit(ctx, submit.Submission{Body: body, DryRun: true})
+	if e != nil {
+		return nil, e
 	}
-	v := preflight.NewVerifier(preflight.Options{BindingWindow: window, Now: func() time.Time { return now }})
-	d, err := v.Evaluate(ctx, preflight.Input{Request: req, Governance: b.Governance(), Clauses: b.Clauses(), Attempt: 1})
-	if err != nil {
-		return nil, err
-	}
+	d := ans.Decision
 	if d.Outcome != preflight.OutcomePass {
 		return nil, fmt.Errorf("load: template preflight is %s (%s)", d.Outcome, d.Reason)
 	}
@@ -48,24 +53,25 @@ func newTemplate(ctx context.Context, now time.Time, window time.Duration) (*tem
 	if err != nil {
 		return nil, err
 	}
-	return &template{req: req, decision: out, pfID: []byte(d.PreflightID), auditID: []byte(d.AuditID),
+	rec, e := svc.Recorder(body, b.Revision())
+	if e != nil {
+		return nil, e
+	}
+	return &template{d: *d, decision: out, pfID: []byte(d.PreflightID), auditID: []byte(d.AuditID), record1: rec,
 		revision: b.Revision()}, nil
 }
 
-// record returns a PreflightRecord like the HTTP API's for fresh ids.
+// record returns the PreflightRecord of a copy of the template with fresh
+// ids, recorded at now and bound until expires.
 func (t *template) record(now, expires time.Time) (wal.PreflightRecord, error) {
 	pfID, auditID := ids.Preflight(), ids.Audit()
 	out := bytes.Replace(t.decision, t.pfID, []byte(pfID), 1)
 	out = bytes.Replace(out, t.auditID, []byte(auditID), 1)
-	d := &preflight.Decision{PreflightID: pfID, AuditID: auditID, Outcome: preflight.OutcomePass}
-	b, err := preflight.BindingOf(t.req, d, expires)
-	if err != nil {
-		return wal.PreflightRecord{}, err
-	}
-	attrs := map[string]any{"request_digest": "sha256:" + pfID, "attempt": 1, "reason": preflight.ReasonPassed,
-		"bundle_revision": t.revision, "dry_run": false, "intent_summary": t.req.Intent.Summary,
-		"plan_hash": t.req.Intent.PlanHash, "session_id": t.req.Context.Actor.SessionID}
-	return wal.PreflightRecord{Binding: b, Decision: out, Time: now, Attrs: attrs}, nil
+	d := t.d
+	d.PreflightID, d.AuditID = pfID, auditID
+	d.DecidedAt = now.UTC().Format(time.RFC3339Nano)
+	d.Eligibility.ExpiresAt = expires.UTC().Format(time.RFC3339Nano)
+	return t.record1(&d, out, now)
 }
 
 // fillWAL writes about frames frames into the WAL in dir, in the proportions
@@ -80,7 +86,7 @@ func fillWAL(ctx context.Context, dir string, frames, live int) ([]string, error
 	}
 	defer db.Close()
 	now := time.Now().UTC()
-	tpl, err := newTemplate(ctx, now, 5*time.Minute)
+	tpl, err := newTemplate(ctx, db, now, 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 var (
@@ -32,12 +33,6 @@ const AllTenants = "*"
 
 // MinTokenLength is the shortest token accepted: shorter ones can be guessed.
 const MinTokenLength = 16
-
-// Error codes of the answers this package writes (the HTTP API's shape).
-const (
-	CodeRemoteReadsForbidden = "remote-reads-forbidden"
-	CodeUnauthorized         = "unauthorized"
-)
 
 // Token is one configured token, held as its digest.
 type Token struct {
@@ -385,17 +380,17 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 			}
 			g.o.Logger.Warn("read refused: remote client and no access tokens configured",
 				"remote_addr", r.RemoteAddr, "path", r.URL.Path)
-			g.refused(CodeRemoteReadsForbidden)
-			httpapi.WriteError(w, http.StatusForbidden, CodeRemoteReadsForbidden,
+			g.refused(preflight.CodeRemoteReadsForbidden)
+			httpapi.WriteError(w, http.StatusForbidden, preflight.CodeRemoteReadsForbidden,
 				"Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.")
 			return
 		}
 		if _, found := g.match(bearer(r)); !found {
 			g.o.Logger.Warn("read refused: no valid bearer token", "remote_addr", r.RemoteAddr,
 				"path", r.URL.Path, "authorization_present", r.Header.Get("Authorization") != "")
-			g.refused(CodeUnauthorized)
+			g.refused(preflight.CodeUnauthorized)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
-			httpapi.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "A valid bearer token is required.")
+			httpapi.WriteError(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "A valid bearer token is required.")
 			return
 		}
 		next.ServeHTTP(w, r)

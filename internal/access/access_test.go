@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 var _ httpapi.Access = (*Guard)(nil)
@@ -204,23 +205,23 @@ func TestHandler(t *testing.T) {
 		// A browser page whose name was pointed at 127.0.0.1 (DNS
 		// rebinding) connects over loopback but names its own host.
 		"local read naming another host": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", host: "rebind.evil.example:8181",
-			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
+			status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
 		"local read naming only a port": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", host: ":8181",
-			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
+			status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
 		// A proxy on this host that keeps the client's Host connects over
 		// loopback for every client: what it forwarded is not local.
 		"proxied read over loopback": {method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", forwarded: true,
-			status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
-		"remote read refused":         {method: "GET", path: "/v1/preflight/pf_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
-		"remote audit refused":        {method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
-		"remote explain refused":      {method: "GET", path: "/ui/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: CodeRemoteReadsForbidden},
+			status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
+		"remote read refused":         {method: "GET", path: "/v1/preflight/pf_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
+		"remote audit refused":        {method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
+		"remote explain refused":      {method: "GET", path: "/ui/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden},
 		"remote HEAD refused":         {method: "HEAD", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusForbidden},
 		"remote read opened":          {remoteReads: true, method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", status: http.StatusTeapot},
 		"remote preflight POST":       {method: "POST", path: "/v1/preflight", remote: "192.0.2.9:9", status: http.StatusTeapot},
 		"remote check":                {method: "GET", path: "/v1/authz/v1/tool", remote: "192.0.2.9:9", status: http.StatusTeapot},
 		"remote health":               {method: "GET", path: "/readyz", remote: "192.0.2.9:9", status: http.StatusTeapot},
-		"tokens: no token":            {tokens: toks, method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", status: http.StatusUnauthorized, code: CodeUnauthorized},
-		"tokens: wrong token":         {tokens: toks, method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", auth: "Bearer " + strings.Repeat("z", 30), status: http.StatusUnauthorized, code: CodeUnauthorized},
+		"tokens: no token":            {tokens: toks, method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", status: http.StatusUnauthorized, code: preflight.CodeUnauthorized},
+		"tokens: wrong token":         {tokens: toks, method: "GET", path: "/v1/audit/au_x", remote: "127.0.0.1:9", auth: "Bearer " + strings.Repeat("z", 30), status: http.StatusUnauthorized, code: preflight.CodeUnauthorized},
 		"tokens: tenant token passes": {tokens: toks, method: "GET", path: "/v1/audit/au_x", remote: "192.0.2.9:9", auth: "Bearer " + acmeToken, status: http.StatusTeapot},
 		"tokens: POST needs none":     {tokens: toks, method: "POST", path: "/v1/preflight", remote: "192.0.2.9:9", status: http.StatusTeapot},
 	}
@@ -407,11 +408,11 @@ func TestErrorBodyMatchesAPI(t *testing.T) {
 	}{
 		"401 unauthorized": {
 			h: New(Options{Tokens: testTokens(t)}).Handler(api), auth: "Bearer " + strings.Repeat("z", 30),
-			status: http.StatusUnauthorized, code: CodeUnauthorized,
+			status: http.StatusUnauthorized, code: preflight.CodeUnauthorized,
 			message: "A valid bearer token is required.", wwwAuth: `Bearer realm="autonomy"`,
 		},
 		"403 remote-reads-forbidden": {
-			h: remoteGuard, status: http.StatusForbidden, code: CodeRemoteReadsForbidden,
+			h: remoteGuard, status: http.StatusForbidden, code: preflight.CodeRemoteReadsForbidden,
 			message: "Reads are served to loopback clients only; configure access.tokens_file or access.allow_remote_reads.",
 		},
 	}

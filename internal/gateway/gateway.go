@@ -18,7 +18,7 @@ import (
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/extauthz"
-	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // The service's own API under the gateway (Options.API): the routes the
@@ -114,7 +114,7 @@ func New(o Options) *Gateway {
 }
 
 // The codes of the errors the gateway answers itself, besides
-// httpapi.CodeRequestTooLarge (413: an allowed request's body over
+// preflight.CodeRequestTooLarge (413: an allowed request's body over
 // MaxBodyBytes). The body is the deny body's shape: {"error":{"code","reason"}}.
 const (
 	CodeUpstreamUnavailable = "upstream-unavailable" // 502: the upstream failed after an allow
@@ -181,7 +181,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// request, and the upstream must not be handed it as if it were.
 		// A gated one was denied above, as unreadable.
 		if errors.Is(req.BodyErr, extauthz.ErrBodyTooLarge) {
-			g.writeError(w, http.StatusRequestEntityTooLarge, httpapi.CodeRequestTooLarge, "gateway: request_too_large")
+			g.writeError(w, http.StatusRequestEntityTooLarge, preflight.CodeRequestTooLarge, "gateway: request_too_large")
 		} else {
 			g.writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "gateway: body_unreadable")
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/contractrefine/autonomy/binding"
-	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // recordingGate stands in for the gate: the gateway is under test here
@@ -303,7 +303,7 @@ func TestGatewayBodyNotReadWhole(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"body-unreadable"`) {
 		t.Fatalf("body cut off: %d %s", rec.Code, rec.Body.String())
 	}
-	codes.want(t, httpapi.CodeRequestTooLarge, CodeBodyUnreadable)
+	codes.want(t, preflight.CodeRequestTooLarge, CodeBodyUnreadable)
 }
 
 // codeLog collects the codes OnError is told, from the servers' goroutines.

@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
-	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -35,7 +36,7 @@ func (g *gatedStore) RecordPreflight(ctx context.Context, rec wal.PreflightRecor
 
 // withGate wraps the fixture's store in a gatedStore.
 func withGate(g *gatedStore) fixtureOption {
-	return func(o *httpapi.Options) {
+	return func(o *submit.Options) {
 		g.DB = o.Store.(*wal.DB)
 		o.Store = g
 	}
@@ -101,7 +102,7 @@ func TestDryRunSpellings(t *testing.T) {
 		"dry_run=true;", "dry_run=true;x=1", "dry_run=tru%", "DRY_RUN=true", "Dry_Run=1", "dry-run=true", "dryRun=true",
 		"dry_run=true&x=1"} {
 		errs := mustError(t, f.do(http.MethodPost, "/v1/preflight?"+q, readRequest(t, "read_repair")), http.StatusBadRequest)
-		if errs[0].Code != httpapi.CodeMalformedRequest {
+		if errs[0].Code != preflight.CodeMalformedRequest {
 			t.Errorf("%s: %+v", q, errs)
 		}
 	}
@@ -134,7 +135,7 @@ func (c *compactedStore) Decision(ctx context.Context, id string) ([]byte, error
 // docs/OPERATIONS.md says), not answered 503 on every retry.
 func TestIdempotencyKeyOfACompactedDecision(t *testing.T) {
 	cs := &compactedStore{gone: map[string]bool{}}
-	f := newFixture(t, func(o *httpapi.Options) {
+	f := newFixture(t, func(o *submit.Options) {
 		cs.DB = o.Store.(*wal.DB)
 		o.Store = cs
 	})
@@ -231,7 +232,7 @@ func TestIdempotencyInProgress(t *testing.T) {
 	for name, body := range bodies {
 		t.Run(name, func(t *testing.T) {
 			errs := mustError(t, f.post(body), http.StatusConflict)
-			if errs[0].Code != httpapi.CodeIdempotencyInProgress || !*errs[0].Retryable ||
+			if errs[0].Code != preflight.CodeIdempotencyInProgress || !*errs[0].Retryable ||
 				*errs[0].Path != "/context/request/idempotencyKey" {
 				t.Errorf("got %+v, want retryable idempotency-in-progress at /context/request/idempotencyKey", errs[0])
 			}
@@ -252,7 +253,7 @@ func TestIdempotencyInProgress(t *testing.T) {
 // than being decided after its client can no longer be answered.
 func TestSessionWaitIsBounded(t *testing.T) {
 	g := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
-	f := newFixture(t, withGate(g), func(o *httpapi.Options) { o.SessionWait = 50 * time.Millisecond })
+	f := newFixture(t, withGate(g), func(o *submit.Options) { o.SessionWait = 50 * time.Millisecond })
 	done := make(chan response, 1)
 	go func() { done <- doHTTP(t, http.MethodPost, f.srv.URL+"/v1/preflight", readRequest(t, "echo_pass")) }()
 	<-g.entered
@@ -261,7 +262,7 @@ func TestSessionWaitIsBounded(t *testing.T) {
 	// The same session, another submission (no envelope, no idempotency key).
 	second := edit(t, "echo_pass", map[string]any{"/intent/summary": "second"})
 	errs := mustError(t, f.post(second), http.StatusServiceUnavailable)
-	if errs[0].Code != httpapi.CodeVerifierUnavailable || !*errs[0].Retryable {
+	if errs[0].Code != preflight.CodeVerifierUnavailable || !*errs[0].Retryable {
 		t.Errorf("got %+v, want a retryable verifier-unavailable", errs[0])
 	}
 	close(g.release)
@@ -316,7 +317,7 @@ func TestConcurrentSameKey(t *testing.T) {
 				}
 			case http.StatusConflict:
 				errs := mustError(t, r, http.StatusConflict)
-				if errs[0].Code != httpapi.CodeIdempotencyInProgress || !*errs[0].Retryable {
+				if errs[0].Code != preflight.CodeIdempotencyInProgress || !*errs[0].Retryable {
 					t.Errorf("round %d: conflict %+v", i, errs[0])
 				}
 				conflicts++
@@ -408,7 +409,7 @@ func TestRepairBudget(t *testing.T) {
 		}
 	})
 	t.Run("max_repair_attempts 0", func(t *testing.T) {
-		f := newFixture(t, func(o *httpapi.Options) { o.MaxRepairAttempts = 0 })
+		f := newFixture(t, func(o *submit.Options) { o.MaxRepairAttempts = 0 })
 		mustDecision(t, f.post(readRequest(t, "read_repair")))
 		if d := mustDecision(t, f.post(readRequest(t, "read_pass"))); d.Reason != "contract: repair_exhausted" {
 			t.Errorf("second submission with no repairs allowed: %s", d.Reason)
@@ -484,7 +485,7 @@ func TestAuditJoin(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, func(o *httpapi.Options) { o.StoreRawRequests = tc.raw })
+			f := newFixture(t, func(o *submit.Options) { o.StoreRawRequests = tc.raw })
 			post := f.post(readRequest(t, tc.request))
 			d := mustDecision(t, post)
 			a, r := getAudit(t, f, d.AuditID)

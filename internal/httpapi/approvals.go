@@ -15,14 +15,6 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// Error codes of the approvals API (SPEC §13).
-const (
-	CodeApproverNotAuthorized  = "approver-not-authorized"
-	CodeApprovalAlreadyDecided = "approval-already-decided"
-	CodeApproverIsActor        = "approver-is-actor"
-	CodeApprovalExpired        = "approval-expired"
-)
-
 // Approver is the holder of a bearer token as the approvals API sees it.
 type Approver struct {
 	// Name is the token entry's name, recorded with every decision.
@@ -132,17 +124,17 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
-		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required to decide an approval.", false)
+		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required to decide an approval.", false)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.o.MaxBodyBytes, 64<<10)))
 	if err != nil {
 		var over *http.MaxBytesError
 		if errors.As(err, &over) {
-			a.fail(w, http.StatusRequestEntityTooLarge, CodeRequestTooLarge, "", "The request body is too large for an approval.", false)
+			a.fail(w, http.StatusRequestEntityTooLarge, preflight.CodeRequestTooLarge, "", "The request body is too large for an approval.", false)
 			return
 		}
-		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", "The request body could not be read.", false)
+		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", "The request body could not be read.", false)
 		return
 	}
 	in, rerr := preflight.DecodeApprovalBody(body)
@@ -157,16 +149,16 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, wal.ErrNotFound):
-		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No step of this preflight waits for an approval.", false)
+		a.fail(w, http.StatusNotFound, preflight.CodeNotFound, "", "No step of this preflight waits for an approval.", false)
 		return
 	case err != nil:
 		a.approvalUnavailable(w, "read approval", err)
 		return
 	case !ap.mayDecide(&rec):
-		a.fail(w, http.StatusForbidden, CodeApproverNotAuthorized, "", "The token holds none of the step's authorities.", false)
+		a.fail(w, http.StatusForbidden, preflight.CodeApproverNotAuthorized, "", "The token holds none of the step's authorities.", false)
 		return
 	case ap.isActor(&rec):
-		a.fail(w, http.StatusConflict, CodeApproverIsActor, "", "The approver is the preflight's actor; someone else must decide.", false)
+		a.fail(w, http.StatusConflict, preflight.CodeApproverIsActor, "", "The approver is the preflight's actor; someone else must decide.", false)
 		return
 	}
 	now := a.o.Now()
@@ -175,13 +167,13 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 			Subject: ap.Subject, Comment: in.Comment, DecidedAt: now}, Replica: a.o.Replica})
 	switch {
 	case errors.Is(err, wal.ErrApprovalDecided):
-		a.fail(w, http.StatusConflict, CodeApprovalAlreadyDecided, "", "This step was already "+decided.State+".", false)
+		a.fail(w, http.StatusConflict, preflight.CodeApprovalAlreadyDecided, "", "This step was already "+decided.State+".", false)
 		return
 	case errors.Is(err, wal.ErrApprovalExpired):
-		a.fail(w, http.StatusGone, CodeApprovalExpired, "", "The time to decide this approval has passed.", false)
+		a.fail(w, http.StatusGone, preflight.CodeApprovalExpired, "", "The time to decide this approval has passed.", false)
 		return
 	case errors.Is(err, wal.ErrNotFound):
-		a.fail(w, http.StatusNotFound, CodeNotFound, "", "No step of this preflight waits for an approval.", false)
+		a.fail(w, http.StatusNotFound, preflight.CodeNotFound, "", "No step of this preflight waits for an approval.", false)
 		return
 	case err != nil:
 		a.approvalUnavailable(w, "record approval", err)
@@ -197,7 +189,7 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) approvalUnavailable(w http.ResponseWriter, op string, err error) {
 	a.o.Logger.Error("approval cannot be served", "op", op, "err", err)
-	a.fail(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "Approvals cannot be read or recorded right now; nothing was recorded.", true)
+	a.fail(w, http.StatusServiceUnavailable, preflight.CodeVerifierUnavailable, "", "Approvals cannot be read or recorded right now; nothing was recorded.", true)
 }
 
 // listApprovals answers GET /v1/approvals?state=pending|decided: for
@@ -206,7 +198,7 @@ func (a *API) approvalUnavailable(w http.ResponseWriter, op string, err error) {
 func (a *API) listApprovals(w http.ResponseWriter, r *http.Request) {
 	tenant, all, ok := a.authorize(r)
 	if !ok {
-		a.fail(w, http.StatusUnauthorized, CodeUnauthorized, "", "A valid bearer token is required.", false)
+		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
 	var ap *Approver
@@ -217,7 +209,7 @@ func (a *API) listApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	q, msg := approvalQueryOf(r.URL.RawQuery)
 	if msg != "" {
-		a.fail(w, http.StatusBadRequest, CodeMalformedRequest, "", msg, false)
+		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", msg, false)
 		return
 	}
 	now := a.o.Now()
@@ -298,7 +290,7 @@ func approvalQueryOf(raw string) (approvalQuery, string) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, CodeVerifierUnavailable, "", "The answer could not be encoded.", true)
+		writeError(w, http.StatusServiceUnavailable, preflight.CodeVerifierUnavailable, "", "The answer could not be encoded.", true)
 		return
 	}
 	w.Header().Set("Content-Type", contentTypeJSON)

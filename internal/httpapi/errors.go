@@ -4,24 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 )
 
-// Error codes of SPEC §3.3 that this package answers with.
+// Answer details; the error codes are the catalog's (preflight.Code*).
 const (
-	CodeMalformedRequest        = "malformed-request"
-	CodeValidationFailed        = envelope.CodeValidationFailed
-	CodeUnsupportedVersion      = envelope.CodeUnsupportedVersion
-	CodeDeadlineExceeded        = "deadline-exceeded"
-	CodeIdempotencyKeyReused    = "idempotency-key-reused"
-	CodeIdempotencyInProgress   = "idempotency-in-progress"
-	CodeRequestTooLarge         = "request-too-large"
-	CodeUnsupportedMediaType    = "unsupported-media-type"
-	CodePreflightDisabled       = "preflight-disabled"
-	CodeVerifierUnavailable     = "verifier-unavailable"
-	CodeNotFound                = "not-found"
-	CodeUnauthorized            = "unauthorized"
-	CodeMethodNotAllowed        = "method-not-allowed"
 	headerIdempotentReplayed    = "Idempotent-Replayed"
 	contentTypeJSON             = "application/json"
 	contentTypeJSONWithCharset  = "application/json; charset=utf-8"
@@ -71,7 +59,7 @@ func writeError(w http.ResponseWriter, status int, code, path, message string, r
 // path takes in Allow.
 func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
-	WriteError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	WriteError(w, http.StatusMethodNotAllowed, preflight.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 }
 
 // WriteError answers status with one non-retryable error about the whole

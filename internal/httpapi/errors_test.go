@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -39,23 +40,23 @@ func TestErrorRows(t *testing.T) {
 	}{
 		"not JSON": {
 			body:   func(*testing.T) []byte { return []byte(`{"intent": {summary: 1}}`) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/intent"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/intent"},
 		},
 		"not JSON at all": {
 			body:   func(*testing.T) []byte { return []byte(`<xml/>`) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{""},
 		},
 		"empty body": {
 			body:   func(*testing.T) []byte { return []byte{} },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{""},
 		},
 		"top level array": {
 			body:   func(*testing.T) []byte { return []byte(`[]`) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{""},
 		},
 		"trailing data": {
 			body:   func(t *testing.T) []byte { return append(readRequest(t, "echo_pass"), `{}`...) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{""},
 		},
 		// Each of these becomes part of a WAL key, which bbolt caps at 32
 		// KiB: refused as the caller's error, not a 503 to retry.
@@ -63,97 +64,97 @@ func TestErrorRows(t *testing.T) {
 			body: func(t *testing.T) []byte {
 				return edit(t, "echo_pass", map[string]any{"/context/actor/session_id": strings.Repeat("s", 40000)})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/actor/session_id"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/context/actor/session_id"},
 		},
 		"idempotency key too long for a key": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "refund_pass", map[string]any{"/context/request/idempotencyKey": strings.Repeat("k", 40000)})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/request/idempotencyKey"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/context/request/idempotencyKey"},
 		},
 		"wrong type intent": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/intent": "refund"}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/intent"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/intent"},
 		},
 		"wrong type summary": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/intent/summary": 5}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/intent/summary"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/intent/summary"},
 		},
 		"wrong type args": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/plan/steps/0/args": []any{1}}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/plan/steps/0/args"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/plan/steps/0/args"},
 		},
 		"wrong type steps": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "echo_pass", map[string]any{"/plan/steps": map[string]any{}})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/plan/steps"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/plan/steps"},
 		},
 		"wrong type provenance value": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "echo_pass", map[string]any{"/plan/steps/0/provenance": map[string]any{"text": 1}})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/plan/steps/0/provenance/text"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/plan/steps/0/provenance/text"},
 		},
 		"wrong type envelope": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/context/request": "v1"}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/request"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/context/request"},
 		},
 		"unknown top level field": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/priority": "high"}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/priority"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/priority"},
 		},
 		"unknown step field": {
 			body:   func(t *testing.T) []byte { return edit(t, "echo_pass", map[string]any{"/plan/steps/0/colour": "red"}) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/plan/steps/0/colour"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/plan/steps/0/colour"},
 		},
 		"missing summary": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "echo_pass", map[string]any{"/intent/summary": deleteValue{}})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/intent/summary"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/intent/summary"},
 		},
 		"missing actor id": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "echo_pass", map[string]any{"/context/actor/id": deleteValue{}})
 			},
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{"/context/actor/id"},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{"/context/actor/id"},
 		},
 		"deeply nested": {
 			body:   func(*testing.T) []byte { return deepJSON(10000) },
-			status: 400, code: httpapi.CodeMalformedRequest, paths: []string{""},
+			status: 400, code: preflight.CodeMalformedRequest, paths: []string{""},
 		},
 		"2 MiB body": {
 			body:   func(*testing.T) []byte { return huge },
-			status: 413, code: httpapi.CodeRequestTooLarge, paths: []string{""},
+			status: 413, code: preflight.CodeRequestTooLarge, paths: []string{""},
 		},
 		"seed invalid envelope": {
 			body:   func(t *testing.T) []byte { return withEnvelope(t, "refund_pass", seedEnvelope("invalid")) },
-			status: 400, code: httpapi.CodeValidationFailed,
+			status: 400, code: preflight.CodeValidationFailed,
 			paths: []string{"/context/request/idempotencyKey", "/context/request/timestampUtc", "/context/request/riskLevel"},
 		},
 		"envelope missing risk level": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "refund_pass", map[string]any{"/context/request/riskLevel": deleteValue{}})
 			},
-			status: 400, code: httpapi.CodeValidationFailed, paths: []string{"/context/request/riskLevel"},
+			status: 400, code: preflight.CodeValidationFailed, paths: []string{"/context/request/riskLevel"},
 		},
 		"envelope deadline before timestamp": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "refund_pass", map[string]any{"/context/request/deadlineUtc": "2026-06-23T14:29:00Z"})
 			},
-			status: 400, code: httpapi.CodeValidationFailed, paths: []string{"/context/request/deadlineUtc"},
+			status: 400, code: preflight.CodeValidationFailed, paths: []string{"/context/request/deadlineUtc"},
 		},
 		"unsupported contract version": {
 			body: func(t *testing.T) []byte {
 				return edit(t, "refund_pass", map[string]any{"/context/request/contractVersion": "aruntime.runtime-request.v2"})
 			},
-			status: 400, code: httpapi.CodeUnsupportedVersion, paths: []string{"/context/request/contractVersion"},
+			status: 400, code: preflight.CodeUnsupportedVersion, paths: []string{"/context/request/contractVersion"},
 		},
 		"deadline exceeded": {
 			setup:  func(_ *testing.T, f *fixture) { f.clock.Set(decisionTime.Add(time.Minute)) },
 			body:   func(t *testing.T) []byte { return readRequest(t, "refund_repair") },
-			status: 400, code: httpapi.CodeDeadlineExceeded, paths: []string{"/context/request/deadlineUtc"},
+			status: 400, code: preflight.CodeDeadlineExceeded, paths: []string{"/context/request/deadlineUtc"},
 			after: 400, // the good request's envelope has the same deadline
 		},
 		"idempotency key reused": {
@@ -161,12 +162,12 @@ func TestErrorRows(t *testing.T) {
 			body: func(t *testing.T) []byte {
 				return edit(t, "refund_pass", map[string]any{"/intent/summary": "Refund case 882, again"})
 			},
-			status: 409, code: httpapi.CodeIdempotencyKeyReused, paths: []string{"/context/request/idempotencyKey"},
+			status: 409, code: preflight.CodeIdempotencyKeyReused, paths: []string{"/context/request/idempotencyKey"},
 		},
 		"mode disabled": {
-			opts:   []fixtureOption{func(o *httpapi.Options) { o.Disabled = true }},
+			opts:   []fixtureOption{func(o *submit.Options) { o.Disabled = true }},
 			body:   func(t *testing.T) []byte { return readRequest(t, "refund_pass") },
-			status: 503, code: httpapi.CodePreflightDisabled, paths: []string{""},
+			status: 503, code: preflight.CodePreflightDisabled, paths: []string{""},
 			after: 503,
 		},
 		"WAL closed": {
@@ -176,7 +177,7 @@ func TestErrorRows(t *testing.T) {
 				}
 			},
 			body:   func(t *testing.T) []byte { return readRequest(t, "refund_pass") },
-			status: 503, code: httpapi.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
+			status: 503, code: preflight.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
 			after: 503,
 		},
 		"WAL closed without session": {
@@ -186,34 +187,34 @@ func TestErrorRows(t *testing.T) {
 				}
 			},
 			body:   func(t *testing.T) []byte { return readRequest(t, "echo_no_session") },
-			status: 503, code: httpapi.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
+			status: 503, code: preflight.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
 			after: 503,
 		},
 		"no bundle": {
-			opts:   []fixtureOption{func(o *httpapi.Options) { o.Bundle = func() httpapi.Bundle { return nil } }},
+			opts:   []fixtureOption{func(o *submit.Options) { o.Bundle = func() submit.Bundle { return nil } }},
 			body:   func(t *testing.T) []byte { return readRequest(t, "echo_pass") },
-			status: 503, code: httpapi.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
+			status: 503, code: preflight.CodeVerifierUnavailable, paths: []string{""}, retryable: true,
 			after: 503,
 		},
 		"unknown preflight id": {
 			method: http.MethodGet, path: "/v1/preflight/pf_doesnotexist0000000",
-			status: 404, code: httpapi.CodeNotFound, paths: []string{""},
+			status: 404, code: preflight.CodeNotFound, paths: []string{""},
 		},
 		"empty preflight id": {
 			method: http.MethodGet, path: "/v1/preflight/",
-			status: 404, code: httpapi.CodeNotFound, paths: []string{""},
+			status: 404, code: preflight.CodeNotFound, paths: []string{""},
 		},
 		"unknown audit id": {
 			method: http.MethodGet, path: "/v1/audit/au_doesnotexist0000000",
-			status: 404, code: httpapi.CodeNotFound, paths: []string{""},
+			status: 404, code: preflight.CodeNotFound, paths: []string{""},
 		},
 		"GET on the preflight collection": {
 			method: http.MethodGet, path: "/v1/preflight",
-			status: 405, code: httpapi.CodeMethodNotAllowed, paths: []string{""},
+			status: 405, code: preflight.CodeMethodNotAllowed, paths: []string{""},
 		},
 		"DELETE a preflight": {
 			method: http.MethodDelete, path: "/v1/preflight/pf_doesnotexist0000000",
-			status: 405, code: httpapi.CodeMethodNotAllowed, paths: []string{""},
+			status: 405, code: preflight.CodeMethodNotAllowed, paths: []string{""},
 		},
 	}
 	for name, tc := range cases {

@@ -22,6 +22,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -66,7 +67,7 @@ type fixture struct {
 
 // fixtureOption changes the API options before the handler is built; it
 // may also wrap the store.
-type fixtureOption func(o *httpapi.Options)
+type fixtureOption func(o *submit.Options)
 
 func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Helper()
@@ -82,11 +83,10 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Cleanup(func() { db.Close() })
 	c := newClock(decisionTime)
 	var pf, au atomic.Int64
-	o := httpapi.Options{
+	o := submit.Options{
 		Verifier:          preflight.NewVerifier(preflight.Options{Chain: db, Now: c.Now}),
 		Store:             db,
-		Log:               db,
-		Bundle:            func() httpapi.Bundle { return b },
+		Bundle:            func() submit.Bundle { return b },
 		BindingWindow:     5 * time.Minute,
 		MaxRepairAttempts: 1,
 		Now:               c.Now,
@@ -96,7 +96,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	api := httpapi.New(o)
+	api := httpapi.New(httpapi.Options{Submit: submit.New(o), Store: o.Store, Log: db})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, srv: srv, db: db, dir: dir, clock: c, api: api}

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // TestPreflightMediaType: a body declared as anything but JSON is refused
@@ -47,8 +47,8 @@ func TestPreflightMediaType(t *testing.T) {
 			if tc.status != http.StatusUnsupportedMediaType {
 				return
 			}
-			if errs := mustError(t, r, tc.status); errs[0].Code != httpapi.CodeUnsupportedMediaType {
-				t.Errorf("code %q, want %q", errs[0].Code, httpapi.CodeUnsupportedMediaType)
+			if errs := mustError(t, r, tc.status); errs[0].Code != preflight.CodeUnsupportedMediaType {
+				t.Errorf("code %q, want %q", errs[0].Code, preflight.CodeUnsupportedMediaType)
 			}
 			if got := f.frames(); got != 0 {
 				t.Errorf("a refused body left %d frames", got)

@@ -3,9 +3,7 @@ package metrics
 import (
 	"sync"
 
-	"github.com/contractrefine/autonomy/internal/access"
 	"github.com/contractrefine/autonomy/internal/gateway"
-	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -30,13 +28,13 @@ var knownReasons = []string{
 // knownCodes are the error codes the HTTP API, its access check, the gate
 // and the built-in gateway answer with.
 var knownCodes = []string{
-	httpapi.CodeMalformedRequest, httpapi.CodeValidationFailed, httpapi.CodeUnsupportedVersion,
-	httpapi.CodeDeadlineExceeded, httpapi.CodeIdempotencyKeyReused, httpapi.CodeIdempotencyInProgress,
-	httpapi.CodeRequestTooLarge, httpapi.CodeUnsupportedMediaType, httpapi.CodePreflightDisabled, httpapi.CodeVerifierUnavailable,
-	httpapi.CodeNotFound, httpapi.CodeUnauthorized, httpapi.CodeMethodNotAllowed,
-	httpapi.CodeApproverNotAuthorized, httpapi.CodeApprovalAlreadyDecided, httpapi.CodeApproverIsActor,
-	httpapi.CodeApprovalExpired,
-	access.CodeRemoteReadsForbidden,
+	preflight.CodeMalformedRequest, preflight.CodeValidationFailed, preflight.CodeUnsupportedVersion,
+	preflight.CodeDeadlineExceeded, preflight.CodeIdempotencyKeyReused, preflight.CodeIdempotencyInProgress,
+	preflight.CodeRequestTooLarge, preflight.CodeUnsupportedMediaType, preflight.CodePreflightDisabled, preflight.CodeVerifierUnavailable,
+	preflight.CodeNotFound, preflight.CodeUnauthorized, preflight.CodeMethodNotAllowed,
+	preflight.CodeApproverNotAuthorized, preflight.CodeApprovalAlreadyDecided, preflight.CodeApproverIsActor,
+	preflight.CodeApprovalExpired,
+	preflight.CodeRemoteReadsForbidden,
 	gateway.CodeUpstreamUnavailable, gateway.CodePathRejected, gateway.CodeUpgradeRefused,
 	gateway.CodeBodyUnreadable,
 	"verifier_unavailable",

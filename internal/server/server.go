@@ -35,6 +35,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/internal/webhook"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -163,25 +164,31 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
 		Offline: cfg.ContractRefine.Offline, Now: s.now})
 	s.api = httpapi.New(httpapi.Options{
-		Verifier:           verifier,
-		Store:              db,
-		Log:                db,
-		Bundle:             func() httpapi.Bundle { return s.bundle.Load() },
-		Disabled:           mode == binding.ModeDisabled,
-		MaxBodyBytes:       cfg.HTTP.MaxBodyBytes,
-		BindingWindow:      cfg.ContractRefine.BindingWindow,
-		MaxRepairAttempts:  cfg.ContractRefine.MaxRepairAttempts,
-		SessionWait:        answerWindow(cfg.HTTP.WriteTimeout),
-		StoreRawRequests:   cfg.WAL.StoreRawRequests,
-		Now:                s.now,
-		NewPreflightID:     ids.Preflight,
-		NewAuditID:         ids.Audit,
-		Logger:             s.log,
-		NoDecisionLog:      !cfg.Log.Decisions,
-		Access:             s.sec.access,
-		Observer:           s.obs.metrics,
-		Approvers:          s.sec.access,
-		ApprovalsRequested: s.startNotifier(),
+		Submit: submit.New(submit.Options{
+			Verifier:           verifier,
+			Store:              db,
+			Bundle:             func() submit.Bundle { return s.bundle.Load() },
+			Disabled:           mode == binding.ModeDisabled,
+			BindingWindow:      cfg.ContractRefine.BindingWindow,
+			MaxRepairAttempts:  cfg.ContractRefine.MaxRepairAttempts,
+			SessionWait:        answerWindow(cfg.HTTP.WriteTimeout),
+			StoreRawRequests:   cfg.WAL.StoreRawRequests,
+			Now:                s.now,
+			NewPreflightID:     ids.Preflight,
+			NewAuditID:         ids.Audit,
+			Logger:             s.log,
+			NoDecisionLog:      !cfg.Log.Decisions,
+			Observer:           s.obs.metrics,
+			ApprovalsRequested: s.startNotifier(),
+		}),
+		Store:        db,
+		Log:          db,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		Logger:       s.log,
+		Access:       s.sec.access,
+		Observer:     s.obs.metrics,
+		Approvers:    s.sec.access,
+		Now:          s.now,
 	})
 	s.health = health.NewServer()
 	opts := append(s.sec.grpcOptions(), s.obs.grpcOptions()...)
@@ -231,13 +238,13 @@ func (s *Server) Handler() http.Handler {
 	// JSON error body, not Go's plain text.
 	for _, p := range []string{"/healthz", "/readyz", "/metrics", explain.PathPattern} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			s.obs.metrics.APIError(httpapi.CodeMethodNotAllowed)
+			s.obs.metrics.APIError(preflight.CodeMethodNotAllowed)
 			httpapi.WriteMethodNotAllowed(w, r, "GET, HEAD")
 		})
 	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
-		s.obs.metrics.APIError(httpapi.CodeNotFound)
-		httpapi.WriteError(w, http.StatusNotFound, httpapi.CodeNotFound, "No endpoint has this path.")
+		s.obs.metrics.APIError(preflight.CodeNotFound)
+		httpapi.WriteError(w, http.StatusNotFound, preflight.CodeNotFound, "No endpoint has this path.")
 	}
 	mux.HandleFunc("/", notFound)
 	check := extauthz.NewHTTPHandler(s.checker, s.cfg.HTTP.MaxBodyBytes)
