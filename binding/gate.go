@@ -17,7 +17,6 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
@@ -132,7 +131,7 @@ type Gate struct {
 	cache      *lru.Cache[string, *entry]
 	// decisions holds preflight decisions as OPA values, for policies that
 	// read input.preflight.
-	decisions *expirable.LRU[string, ast.Value]
+	decisions *lru.Cache[string, timedValue]
 }
 
 // entry is a cached binding. until is when the entry stops being served,
@@ -184,8 +183,23 @@ func New(o Options) *Gate {
 		onEvict = func(string, *entry) { o.Observer.CacheEvicted() }
 	}
 	g.cache, _ = lru.NewWithEvict[string, *entry](o.CacheSize, onEvict)
-	g.decisions = expirable.NewLRU[string, ast.Value](min(o.CacheSize, decisionCacheSize), nil, o.CacheTTL)
+	g.decisions, _ = lru.New[string, timedValue](min(o.CacheSize, decisionCacheSize))
 	return g
+}
+
+// timedValue is a cached decision and when it stops being served, in Unix
+// nanoseconds of Options.Now.
+type timedValue struct {
+	v     ast.Value
+	until int64
+}
+
+// Close empties the gate's caches. The gate runs no goroutine of its own,
+// so a gate dropped without Close leaks nothing either; Close is for
+// owners that want the memory back at once. The gate is not used after.
+func (g *Gate) Close() {
+	g.cache.Purge()
+	g.decisions.Purge()
 }
 
 // Mode returns the gate's mode.

@@ -96,8 +96,9 @@ func (g *Gate) inputValue(ctx context.Context, pol valuePolicy, c *call) (ast.Va
 // decision cache or converted from its recorded JSON.
 func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
 	id := c.bound.b.PreflightID
-	if v, ok := g.decisions.Get(id); ok {
-		return v, nil
+	now := g.o.Now().UnixNano()
+	if tv, ok := g.decisions.Get(id); ok && now < tv.until {
+		return tv.v, nil
 	}
 	doc, err := g.decisionDoc(ctx, c)
 	if err != nil {
@@ -107,7 +108,7 @@ func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.decisions.Add(id, v)
+	g.decisions.Add(id, timedValue{v: v, until: now + int64(g.o.CacheTTL)})
 	return v, nil
 }
 

@@ -364,12 +364,17 @@ func (c *Config) Validate() error {
 	if c.HTTP.MaxHeaderBytes <= 0 {
 		bad("http.max_header_bytes", "must be positive, got %d", c.HTTP.MaxHeaderBytes)
 	}
-	for key, d := range map[string]time.Duration{"http.read_header_timeout": c.HTTP.ReadHeaderTimeout,
-		"http.read_timeout": c.HTTP.ReadTimeout, "http.write_timeout": c.HTTP.WriteTimeout,
-		"http.idle_timeout": c.HTTP.IdleTimeout, "policy.timeout": c.Policy.Timeout,
-		"wal.retention": c.WAL.Retention, "wal.compaction_interval": c.WAL.CompactionInterval} {
-		if d <= 0 {
-			bad(key, "must be positive, got %s", d)
+	// Keys are checked in a fixed order (slices, not maps), so the joined
+	// error text is the same on every run.
+	for _, kd := range []struct {
+		key string
+		d   time.Duration
+	}{{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
+		{"http.read_timeout", c.HTTP.ReadTimeout}, {"http.write_timeout", c.HTTP.WriteTimeout},
+		{"http.idle_timeout", c.HTTP.IdleTimeout}, {"policy.timeout", c.Policy.Timeout},
+		{"wal.retention", c.WAL.Retention}, {"wal.compaction_interval", c.WAL.CompactionInterval}} {
+		if kd.d <= 0 {
+			bad(kd.key, "must be positive, got %s", kd.d)
 		}
 	}
 	for _, key := range integerKeys {
@@ -382,15 +387,15 @@ func (c *Config) Validate() error {
 		// and nothing would be gated.
 		bad("gate.path", "must be a path starting with / with no query, fragment, space or control character, got %q", c.Gate.Path)
 	}
-	for key, h := range map[string]string{"gate.kind_header": c.Gate.KindHeader, "gate.actor_header": c.Gate.ActorHeader} {
-		if h != "" && !httpguts.ValidHeaderFieldName(h) {
-			bad(key, "%q is not an HTTP header name: no request could carry it", h)
+	for _, kv := range [][2]string{{"gate.kind_header", c.Gate.KindHeader}, {"gate.actor_header", c.Gate.ActorHeader}} {
+		if h := kv[1]; h != "" && !httpguts.ValidHeaderFieldName(h) {
+			bad(kv[0], "%q is not an HTTP header name: no request could carry it", h)
 		}
 	}
-	for key, a := range map[string]string{"http_addr": c.HTTPAddr, "grpc_addr": c.GRPCAddr, "gateway_addr": c.GatewayAddr} {
-		if a != "" {
+	for _, kv := range [][2]string{{"http_addr", c.HTTPAddr}, {"grpc_addr", c.GRPCAddr}, {"gateway_addr", c.GatewayAddr}} {
+		if a := kv[1]; a != "" {
 			if err := CheckListenAddr(a); err != nil {
-				bad(key, "%v", err)
+				bad(kv[0], "%v", err)
 			}
 		}
 	}

@@ -133,3 +133,34 @@ wal: {retention: 24h, store_raw_requests: true}
 		})
 	}
 }
+
+// TestValidateTextIsDeterministic: a config with every checked duration,
+// header and address wrong gives the same error text on every run, its
+// keys in the order Validate checks them.
+func TestValidateTextIsDeterministic(t *testing.T) {
+	c := Default()
+	c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout, c.HTTP.IdleTimeout = -1, -1, -1, -1
+	c.Policy.Timeout, c.WAL.Retention, c.WAL.CompactionInterval = -1, -1, -1
+	c.Gate.KindHeader, c.Gate.ActorHeader = "bad header", "bad header"
+	c.HTTPAddr, c.GRPCAddr, c.GatewayAddr = "nope", "nope", "nope"
+	first := c.Validate()
+	if first == nil {
+		t.Fatal("Validate accepted a config with every checked key wrong")
+	}
+	keys := []string{"http.read_header_timeout", "http.read_timeout", "http.write_timeout", "http.idle_timeout",
+		"policy.timeout", "wal.retention", "wal.compaction_interval", "gate.kind_header", "gate.actor_header",
+		"http_addr", "grpc_addr", "gateway_addr"}
+	at := -1
+	for _, k := range keys {
+		i := strings.Index(first.Error(), k+":")
+		if i <= at {
+			t.Fatalf("%s at %d, after the previous key at %d, in:\n%s", k, i, at, first)
+		}
+		at = i
+	}
+	for range 50 {
+		if err := c.Validate(); err == nil || err.Error() != first.Error() {
+			t.Fatalf("Validate text changed between runs:\n%v\nthen\n%v", first, err)
+		}
+	}
+}

@@ -95,6 +95,9 @@ func (s *Server) probeEvery(ctx context.Context, interval time.Duration) {
 
 // shutdownTracing flushes spans still queued for the collector.
 func (s *Server) shutdownTracing() {
+	if s.obs.tracing == nil { // New failed before tracing existed
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	if err := s.obs.tracing.Shutdown(ctx); err != nil {

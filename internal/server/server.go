@@ -101,7 +101,7 @@ func LoadBundle(ctx context.Context, cfg *config.Config) (*bundle.Bundle, error)
 }
 
 // New opens the WAL and loads the bundle. The caller must Run or Close it.
-func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
+func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,15 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.sec = sec
-	if s.obs, err = newObservability(ctx, &cfg, &o, s.pendingApprovals); err != nil {
+	s.obs, err = newObservability(ctx, &cfg, &o, s.pendingApprovals)
+	// What New has started is stopped again when a later step fails: the
+	// tracing exporter (its connection to the collector), the WAL.
+	defer func() {
+		if err != nil {
+			s.shutdownTracing()
+		}
+	}()
+	if err != nil {
 		return nil, err
 	}
 	b, err := LoadBundle(ctx, &cfg)
@@ -138,6 +146,11 @@ func New(ctx context.Context, cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s.db = db
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
 
 	mode := binding.Mode(cfg.ContractRefine.Mode)
 	s.gate = binding.New(binding.Options{
@@ -470,6 +483,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Wait()
 	stopBackground()
 	stopCompaction()
+	s.gate.Close()
 	s.stopNotifier()
 	s.shutdownTracing()
 	if err := s.db.Close(); err != nil && runErr == nil {
