@@ -156,6 +156,12 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	if len(flagErrs) > 0 {
 		return cfg, errors.Join(flagErrs...)
 	}
+	// The pairing rule is the file's, but a pair given by flags is named as
+	// flags, so the message says what to type.
+	if up, gw := cmd.Flags().Lookup("upstream"), cmd.Flags().Lookup("gateway-addr"); up != nil && gw != nil &&
+		(up.Changed || gw.Changed) && (cfg.Upstream == "") != (cfg.GatewayAddr == "") {
+		return cfg, errors.New("--upstream and --gateway-addr go together (upstream and gateway_addr in the file): give both, or neither")
+	}
 	if fl := cmd.Flags().Lookup("mode"); fl != nil && fl.Changed {
 		m, err := config.ParseMode(f.mode)
 		if err != nil {

@@ -86,6 +86,9 @@ func newAudit(stdout io.Writer) *cobra.Command {
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "read the WAL in this data directory instead of asking a server")
 	cmd.Flags().StringVar(&file, "config", "", "read the WAL of this configuration's data_dir instead of asking a server")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON join")
+	// One source: a server and a WAL given together would silently use one.
+	cmd.MarkFlagsMutuallyExclusive("server", "data-dir")
+	cmd.MarkFlagsMutuallyExclusive("server", "config")
 	return cmd
 }
 

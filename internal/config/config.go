@@ -267,8 +267,6 @@ func Load(path string) (Config, error) {
 	return cfg, nil
 }
 
-var unknownFieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
-
 // Decode reads YAML into cfg strictly: an unknown key is an error naming the
 // key and its line.
 func Decode(r io.Reader, cfg *Config) error {
@@ -279,7 +277,7 @@ func Decode(r io.Reader, cfg *Config) error {
 			return nil // an empty file keeps the defaults
 		}
 		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
-		msg = unknownFieldRE.ReplaceAllString(msg, `line $1: unknown key "$2"`)
+		msg = withSuggestions(msg)
 		return errors.New(strings.TrimSpace(msg))
 	}
 	return nil

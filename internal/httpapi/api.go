@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -145,6 +147,25 @@ func jsonMediaType(contentType string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
+// queryProblem says what is wrong with a query dryRunOf refused: a
+// parameter other than dry_run is named as unknown, not as a repeated
+// dry_run.
+func queryProblem(rawQuery string) string {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "The query string does not parse: " + err.Error() + "."
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if name != "dry_run" {
+			return fmt.Sprintf("Unknown query parameter %q: POST /v1/preflight takes only dry_run.", name)
+		}
+	}
+	if len(q["dry_run"]) != 1 {
+		return "The dry_run parameter is given more than once; give it once."
+	}
+	return "The dry_run parameter must be true or false (or 1, t, 0, f)."
+}
+
 // dryRunOf reads ?dry_run: absent is a real run; a value strconv.ParseBool
 // takes decides; anything else, the parameter twice, any other parameter
 // (dry-run, dryRun, DRY_RUN), or a query that does not parse (url.Values
@@ -205,7 +226,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 	}
 	dryRun, ok := dryRunOf(r.URL.RawQuery)
 	if !ok {
-		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", "The dry_run parameter must be given once, as true or false (or 1, t, 0, f).", false)
+		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", queryProblem(r.URL.RawQuery), false)
 		return
 	}
 	ans, e := a.o.Submit.Submit(r.Context(), submit.Submission{Body: body, DryRun: dryRun, Arrived: start})

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/contractrefine/autonomy/preflight"
@@ -57,6 +58,27 @@ func TestPreflightMediaType(t *testing.T) {
 			d := mustDecision(t, f.post(body))
 			if d.Attempt != 1 {
 				t.Errorf("attempt after a refused body: %d, want 1", d.Attempt)
+			}
+		})
+	}
+}
+
+// TestQueryProblemsAreNamed: a refused query says what is wrong with it:
+// an unknown parameter by its name, not as a repeated dry_run.
+func TestQueryProblemsAreNamed(t *testing.T) {
+	cases := map[string]string{
+		"dry-run=true":            `Unknown query parameter \"dry-run\": POST /v1/preflight takes only dry_run.`,
+		"dry_run=true&zeta=1&b=2": `Unknown query parameter \"b\"`,
+		"dry_run=true&dry_run=1":  "given more than once",
+		"dry_run=maybe":           "must be true or false",
+		"dry_run=tru%":            "does not parse",
+	}
+	for query, want := range cases {
+		t.Run(query, func(t *testing.T) {
+			f := newFixture(t)
+			r := f.do(http.MethodPost, "/v1/preflight?"+query, readRequest(t, "echo_pass"))
+			if errs := mustError(t, r, http.StatusBadRequest); !strings.Contains(string(r.body), want) || errs[0].Code != preflight.CodeMalformedRequest {
+				t.Errorf("?%s: %s, want a malformed-request saying %s", query, r.body, want)
 			}
 		})
 	}

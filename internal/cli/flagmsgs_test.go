@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFlagMessagesNameFlags: a rule broken by flags is reported in flag
+// names, and audit refuses two sources at once instead of using one.
+func TestFlagMessagesNameFlags(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"--upstream alone": {[]string{"check-config", "--upstream", "http://127.0.0.1:1"},
+			"--upstream and --gateway-addr go together"},
+		"--gateway-addr alone": {[]string{"check-config", "--gateway-addr", "127.0.0.1:0"},
+			"--upstream and --gateway-addr go together"},
+		"audit from a server and a WAL": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--data-dir", t.TempDir()},
+			"[data-dir server] were all set"},
+		"audit from a server and a config": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--config", "x.yaml"},
+			"[config server] were all set"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, _, errs := runCLI(t, tc.args...)
+			if code != 1 || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 with %q", code, errs, tc.want)
+			}
+		})
+	}
+}
