@@ -6,6 +6,7 @@ package e2e
 // nothing, so the wrong targets matter as much as the right ones.
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +26,16 @@ var dpDemoTitles = []string{
 	"Call it again with the same preflight id (a replay)",
 	"Call tool.shell without a preflight id",
 	"Read the audit join for",
+}
+
+// dpApprovalTitles are the steps the demo adds when it holds an approver
+// token (always in-process): a payment that waits, is approved, runs once.
+var dpApprovalTitles = []string{
+	"Preflight a payment of 480 USD",
+	"Call it before anyone approved",
+	"An approver approves step s1",
+	"Call it again, now approved",
+	"Call it a third time",
 }
 
 // dpDemoStep is one step as the demo printed it.
@@ -62,25 +73,25 @@ func dpDemoSteps(out string) []dpDemoStep {
 // dpCheckDemo holds a demo run against what it must have printed: every
 // step, in order, each ok unless listed in misbehaved (step numbers), and
 // an exit code of 0 exactly when nothing misbehaved.
-func dpCheckDemo(t *testing.T, res Result, misbehaved []int) {
+func dpCheckDemo(t *testing.T, res Result, misbehaved []int, titles []string) {
 	t.Helper()
 	steps := dpDemoSteps(res.Stdout)
-	if len(steps) != len(dpDemoTitles) {
-		t.Fatalf("demo printed %d steps, want %d:\n%s\nstderr:\n%s", len(steps), len(dpDemoTitles), res.Stdout, res.Stderr)
+	if len(steps) != len(titles) {
+		t.Fatalf("demo printed %d steps, want %d:\n%s\nstderr:\n%s", len(steps), len(titles), res.Stdout, res.Stderr)
 	}
 	for i, s := range steps {
-		if s.n != i+1 || !strings.HasPrefix(s.title, dpDemoTitles[i]) {
-			t.Errorf("step %d is %d. %q, want %q", i+1, s.n, s.title, dpDemoTitles[i])
+		if s.n != i+1 || !strings.HasPrefix(s.title, titles[i]) {
+			t.Errorf("step %d is %d. %q, want %q", i+1, s.n, s.title, titles[i])
 		}
 		if want := !slices.Contains(misbehaved, s.n); s.ok != want {
 			t.Errorf("step %d (%s): ok=%v, want %v: %s", s.n, s.title, s.ok, want, s.detail)
 		}
 	}
 	if len(misbehaved) == 0 {
-		if res.Code != 0 || !strings.Contains(res.Stdout, "All 6 steps behaved.") {
-			t.Errorf("demo: want exit 0 and \"All 6 steps behaved.\", got %d:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		if want := fmt.Sprintf("All %d steps behaved.", len(titles)); res.Code != 0 || !strings.Contains(res.Stdout, want) {
+			t.Errorf("demo: want exit 0 and %q, got %d:\n%s\nstderr:\n%s", want, res.Code, res.Stdout, res.Stderr)
 		}
-	} else if res.Code == 0 || !strings.Contains(res.Stdout, strconv.Itoa(len(misbehaved))+" of 6 steps misbehaved.") {
+	} else if res.Code == 0 || !strings.Contains(res.Stdout, fmt.Sprintf("%d of %d steps misbehaved.", len(misbehaved), len(titles))) {
 		t.Errorf("demo: want a non-zero exit and %d misbehaved steps, got %d:\n%s\nstderr:\n%s", len(misbehaved), res.Code, res.Stdout, res.Stderr)
 	}
 }
@@ -90,7 +101,7 @@ func dpCheckDemo(t *testing.T, res Result, misbehaved []int) {
 func TestDemoInProcess(t *testing.T) {
 	t.Parallel()
 	res := RunAutonomy(t, "demo", "contract-refine")
-	dpCheckDemo(t, res, nil)
+	dpCheckDemo(t, res, nil, append(slices.Clone(dpDemoTitles), dpApprovalTitles...))
 	if !strings.Contains(res.Stdout, "in-process (enforce mode") || !strings.Contains(res.Stdout, "autonomy serve starts in advisory mode") {
 		t.Errorf("the in-process demo does not say what it started:\n%s", res.Stdout)
 	}
@@ -151,7 +162,7 @@ func TestDemoTargets(t *testing.T) {
 			t.Parallel()
 			target, rt := tc.target(t)
 			res := RunAutonomy(t, "demo", "contract-refine", "--target", target)
-			dpCheckDemo(t, res, tc.misbehaved)
+			dpCheckDemo(t, res, tc.misbehaved, dpDemoTitles)
 			if strings.Contains(name, "advisory") && strings.Count(res.Stdout, "serve with --mode enforce") != 2 {
 				t.Errorf("the demo against an advisory service does not say twice why the calls went through:\n%s", res.Stdout)
 			}

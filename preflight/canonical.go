@@ -78,6 +78,23 @@ func writeEligibility(w *canon.Writer, e *Eligibility) {
 	w.Open()
 	w.Name("allowed")
 	w.Bool(e.Allowed)
+	if len(e.ApprovalsRequired) > 0 {
+		w.Name("approvals_required")
+		canon.Array(w, e.ApprovalsRequired, func(a *ApprovalRequired) {
+			w.Open()
+			w.Name("args_digest")
+			w.String(a.ArgsDigest)
+			w.Name("authorities")
+			canon.Array(w, a.Authorities, func(s *string) { w.String(*s) })
+			w.Name("expires_at")
+			w.String(a.ExpiresAt)
+			w.Name("step_id")
+			w.String(a.StepID)
+			w.Name("tool_kind")
+			w.String(a.ToolKind)
+			w.Close()
+		})
+	}
 	w.Name("bound_tool_kinds")
 	canon.Array(w, e.BoundToolKinds, func(k *string) { w.String(*k) })
 	w.Name("expires_at")

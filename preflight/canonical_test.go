@@ -81,6 +81,12 @@ func TestCanonicalJSONAsMarshal(t *testing.T) {
 		"big and small numbers": func(d *Decision) {
 			d.ContractResults[0].Evidence["n"] = []any{1e21, 1e-7, math.Copysign(0, -1), json.Number("12.50")}
 		},
+		"approvals required": func(d *Decision) {
+			d.Outcome, d.Eligibility.Allowed = OutcomePass, true
+			d.Eligibility.ApprovalsRequired = []ApprovalRequired{{StepID: "s<2>", ToolKind: "pay.send",
+				ArgsDigest: "sha256:00", Authorities: []string{"role:b", "role:a"}, ExpiresAt: "2026-11-29T00:04:00Z"},
+				{StepID: "s3", ToolKind: "pay.send", Authorities: []string{}}}
+		},
 		"escapes in kinds": func(d *Decision) {
 			d.Eligibility.BoundToolKinds = []string{"tool.\"q\"", "tool.\\", "tool.\u007f\u0001"}
 		},

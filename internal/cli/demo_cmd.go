@@ -12,19 +12,20 @@ func init() { extraCommands = append(extraCommands, newDemo) }
 
 func newDemo(stdout, _ io.Writer) *cobra.Command {
 	cmd := groupCommand(&cobra.Command{Use: "demo", Short: "Walk through ContractRefine end to end"})
-	var target string
+	var target, approverToken string
 	cr := &cobra.Command{
 		Use:   "contract-refine",
 		Short: "Preflight with repair, an allowed tool call, a denied replay, a denied call without a preflight, the audit join",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := demo.Run(cmd.Context(), demo.Options{Target: target, Out: stdout}); err != nil {
+			if err := demo.Run(cmd.Context(), demo.Options{Target: target, Out: stdout, ApproverToken: approverToken}); err != nil {
 				return err
 			}
 			return nil
 		},
 	}
 	cr.Flags().StringVar(&target, "target", "", "base URL of a deployment (e.g. http://localhost:10000); empty runs everything in-process")
+	cr.Flags().StringVar(&approverToken, "approver-token", "", "a target's bearer token with role:payment-approver, for the approval steps (in-process runs make their own)")
 	cmd.AddCommand(cr)
 	return cmd
 }

@@ -39,6 +39,10 @@ type Options struct {
 	Out io.Writer
 	// Client is the HTTP client; nil means one with a 10 s timeout.
 	Client *http.Client
+	// ApproverToken is a bearer token of the target whose roles include
+	// role:payment-approver, for the approval steps (the in-process run
+	// makes its own); without one those steps are skipped on a target.
+	ApproverToken string
 }
 
 // Run walks the story and returns ErrMisbehaved if any step misbehaved.
@@ -49,7 +53,8 @@ func Run(ctx context.Context, o Options) error {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
-	w := &walk{out: o.Out, client: o.Client, api: strings.TrimRight(o.Target, "/"), tool: strings.TrimRight(o.Target, "/")}
+	w := &walk{out: o.Out, client: o.Client, api: strings.TrimRight(o.Target, "/"), tool: strings.TrimRight(o.Target, "/"),
+		token: o.ApproverToken}
 	if o.Target == "" {
 		stop, err := w.startInProcess(ctx)
 		if err != nil {
@@ -74,6 +79,8 @@ type walk struct {
 	api, tool string
 	steps     int
 	failed    int
+	// token is the approver's bearer token, sent on every API request.
+	token string
 }
 
 // startInProcess starts the example tool runtime, then the service in
@@ -97,6 +104,18 @@ func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
 	cfg.DataDir = dir
 	cfg.ContractRefine.Mode = config.ModeEnforce
 	cfg.Upstream = "http://" + rtLn.Addr().String()
+	// An approver for the payment step: with a tokens file every read
+	// needs a token too, so the walk sends it on every API request.
+	var tok [16]byte
+	_, _ = rand.Read(tok[:])
+	w.token = "demo-" + hex.EncodeToString(tok[:])
+	cfg.Access.TokensFile = dir + "/tokens.yaml"
+	tokens := fmt.Sprintf("tokens:\n  - {name: demo-approver, tenant: \"*\", token: %q, roles: [\"role:payment-approver\"], subject: \"user:demo-approver\"}\n", w.token)
+	if err := os.WriteFile(cfg.Access.TokensFile, []byte(tokens), 0o600); err != nil {
+		rt.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	addrs := make(chan server.Addrs, 1)
 	srv, err := server.New(ctx, cfg, server.Options{
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -251,6 +270,84 @@ func (w *walk) story(ctx context.Context) {
 		}
 	}
 	w.step("Read the audit join for "+second.AuditID, err, "intent, verdict and both tool decisions under one audit id:\n"+strings.Join(lines, "\n"))
+	w.approvalStory(ctx, session)
+}
+
+// payment is a one-step plan that sends a payment, which the default
+// bundle's payment.send.v1 lets run only once a person approved it.
+func payment(session string) map[string]any {
+	return map[string]any{
+		"intent": map[string]any{"summary": "Pay invoice 77 to the supplier", "plan_hash": "demo-payment-v1"},
+		"plan": map[string]any{"steps": []any{
+			map[string]any{"id": "s1", "kind": "payment.send.v1", "zone": "payments",
+				"args":       map[string]any{"to": "acct:supplier-77", "amountUsd": 480},
+				"provenance": map[string]string{"to": "literal", "amountUsd": "literal"}},
+		}},
+		"context": map[string]any{
+			"actor":       map[string]any{"id": "user:demo", "session_id": session + "-pay"},
+			"attestation": map[string]any{"node_id": "edge-7", "issued_at": time.Now().UTC().Format(time.RFC3339)},
+		},
+	}
+}
+
+// approvalStory: the payment waits for approval, is approved by someone
+// else than the agent's actor, and runs once.
+func (w *walk) approvalStory(ctx context.Context, session string) {
+	if w.token == "" {
+		fmt.Fprintf(w.out, "\n(approval steps skipped: no approver token for the target; pass --approver-token)\n")
+		return
+	}
+	var d struct {
+		decision
+		Eligibility struct {
+			ApprovalsRequired []struct {
+				StepID      string   `json:"step_id"`
+				Authorities []string `json:"authorities"`
+				ExpiresAt   string   `json:"expires_at"`
+			} `json:"approvals_required"`
+		} `json:"eligibility"`
+	}
+	err := w.postJSON(ctx, w.api+"/v1/preflight", payment(session), &d)
+	if err == nil && (d.Outcome != "pass" || len(d.Eligibility.ApprovalsRequired) != 1 || d.Eligibility.ApprovalsRequired[0].StepID != "s1") {
+		err = fmt.Errorf("want pass with step s1 waiting for approval, got %s (%s) %+v", d.Outcome, d.Reason, d.Eligibility.ApprovalsRequired)
+	}
+	detail := "outcome pass, no approval listed"
+	if len(d.Eligibility.ApprovalsRequired) == 1 {
+		a := d.Eligibility.ApprovalsRequired[0]
+		detail = fmt.Sprintf("outcome pass; step s1 waits for %v until %s", a.Authorities, a.ExpiresAt)
+	}
+	w.step("Preflight a payment of 480 USD (payment.send.v1 needs a person's approval)", err, detail)
+
+	call := map[string]any{"kind": "payment.send.v1", "args": map[string]any{"to": "acct:supplier-77", "amountUsd": 480}}
+	status, _, body, err := w.tool1(ctx, call, d.PreflightID, "demo-pay-1")
+	if err == nil {
+		err = expectDeny(status, body, "approval: pending")
+	}
+	w.step("Call it before anyone approved", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
+
+	var approved struct {
+		State    string `json:"state"`
+		Approver string `json:"approver"`
+	}
+	err = w.postJSON(ctx, w.api+"/v1/approvals/"+d.PreflightID+"/s1",
+		map[string]any{"decision": "approve", "comment": "invoice 77 checked"}, &approved)
+	if err == nil && approved.State != "approved" {
+		err = fmt.Errorf("want state approved, got %q", approved.State)
+	}
+	w.step("An approver approves step s1 (POST /v1/approvals/{preflight_id}/s1)", err,
+		fmt.Sprintf("%s by %s, recorded as an autonomy.approval frame", approved.State, approved.Approver))
+
+	status, _, body, err = w.tool1(ctx, call, d.PreflightID, "demo-pay-2")
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("want 200 from the tool runtime, got %d: %s", status, body)
+	}
+	w.step("Call it again, now approved", err, fmt.Sprintf("allowed, the runtime answered %d %s", status, strings.TrimSpace(string(body))))
+
+	status, _, body, err = w.tool1(ctx, call, d.PreflightID, "demo-pay-3")
+	if err == nil {
+		err = expectDeny(status, body, "contract: preflight_replay")
+	}
+	w.step("Call it a third time (the approval was for one call)", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
 }
 
 func expectRepair(d *decision) error {
@@ -293,6 +390,13 @@ func (w *walk) postJSON(ctx context.Context, url string, in, out any) error {
 	return w.do(req, out)
 }
 
+// authorize sends the approver's token to the service's API.
+func (w *walk) authorize(req *http.Request) {
+	if w.token != "" {
+		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
+}
+
 func (w *walk) getJSON(ctx context.Context, url string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -302,6 +406,7 @@ func (w *walk) getJSON(ctx context.Context, url string, out any) error {
 }
 
 func (w *walk) do(req *http.Request, out any) error {
+	w.authorize(req)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return err

@@ -423,7 +423,7 @@ func TestSleepHonoursContext(t *testing.T) {
 }
 
 func TestKinds(t *testing.T) {
-	want := []string{"customer.read.v3", "refund.create.v2", "tool.echo", "tool.shell", "tool.sleep"}
+	want := []string{"customer.read.v3", "payment.send.v1", "refund.create.v2", "tool.echo", "tool.shell", "tool.sleep"}
 	if got := tools.New(tools.Options{}).Kinds(); !slices.Equal(got, want) {
 		t.Errorf("Kinds() = %v, want %v", got, want)
 	}

@@ -21,6 +21,7 @@ const (
 	KindCustomerRead = "customer.read.v3"
 	KindRefundCreate = "refund.create.v2"
 	KindShell        = "tool.shell"
+	KindPaymentSend  = "payment.send.v1"
 )
 
 // toolFunc runs one tool on decoded args. A *toolError carries the status
@@ -47,6 +48,7 @@ func builtinTools() map[string]toolFunc {
 		KindCustomerRead: readCustomer,
 		KindRefundCreate: createRefund,
 		KindShell:        shell,
+		KindPaymentSend:  sendPayment,
 	}
 }
 
@@ -120,6 +122,28 @@ func createRefund(_ context.Context, args map[string]any) (any, error) {
 			"status":    "simulated",
 		},
 	}, nil
+}
+
+// sendPayment simulates a payment that a person approved (the default
+// bundle's payment.send.v1 waits for role:payment-approver).
+func sendPayment(_ context.Context, args map[string]any) (any, error) {
+	to, ok := args["to"].(string)
+	if !ok || to == "" {
+		return nil, invalidArgs("to must be a non-empty string")
+	}
+	n, ok := args["amountUsd"].(json.Number)
+	if !ok {
+		return nil, invalidArgs("amountUsd must be a number")
+	}
+	if amount, err := n.Float64(); err != nil || amount <= 0 {
+		return nil, invalidArgs("amountUsd must be greater than 0")
+	}
+	digest, err := canon.Digest(args)
+	if err != nil {
+		return nil, invalidArgs("args have no canonical form: %v", err)
+	}
+	return map[string]any{"payment": map[string]any{"id": "pay_" + shortDigest(digest), "to": to,
+		"amountUsd": n, "status": "simulated"}}, nil
 }
 
 // shell stands in for a dangerous tool in demos and never runs anything.
