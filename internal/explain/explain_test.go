@@ -189,6 +189,16 @@ func TestExplainPage(t *testing.T) {
 	if byID(doc, "clauses") != nil {
 		t.Error("a clause section without clause rows")
 	}
+	for _, tr := range all(doc, tagClass("tr", "row", "pass")) {
+		if ev := all(tr, tagClass("code", "evidence")); len(ev) != 0 {
+			t.Errorf("a passing row shows evidence %q", text(ev[0]))
+		}
+	}
+	for _, id := range []string{"audit-id", "preflight-id"} {
+		if n := byID(doc, id); n == nil || attr(n, "class") != "id" {
+			t.Errorf("#%s is not a code.id (ids must not wrap mid-token)", id)
+		}
+	}
 
 	hints := all(byID(doc, "hints"), tagClass("tr", "hint"))
 	if len(hints) != 1 {
@@ -207,7 +217,10 @@ func TestExplainPage(t *testing.T) {
 		t.Fatalf("%d timeline events, want 2", len(events))
 	}
 	want := []struct{ class, text string }{
-		{"allow enforced", "+2s after the preflight tool.echo · step s1 allow enforced contract: passed mode advisory · status 200 · POST /v1/tool · request req-1"},
+		// An allow is labelled neither enforced nor advisory: there was
+		// nothing to enforce ("mode advisory · enforced" read as a
+		// contradiction).
+		{"allow enforced", "+2s after the preflight tool.echo · step s1 allow contract: passed mode advisory · status 200 · POST /v1/tool · request req-1"},
 		{"deny not-enforced", "+3.5s after the preflight tool.echo deny advisory · not enforced contract: preflight_replay mode advisory"},
 	}
 	for i, w := range want {
@@ -218,7 +231,7 @@ func TestExplainPage(t *testing.T) {
 			t.Errorf("event %d text %q\nlacks %q", i, got, w.text)
 		}
 	}
-	if got := text(all(doc, tagClass("p", "summary"))[0]); got != "2 tool decisions · advisory 1 advisory signal recorded (they do not change the verdict)" {
+	if got := text(all(doc, tagClass("p", "summary"))[0]); got != "2 tool decisions · advisory 1 advisory signal recorded (it does not change the verdict)" {
 		t.Errorf("summary %q", got)
 	}
 }
@@ -281,7 +294,7 @@ func TestExplainPageWithoutPreflight(t *testing.T) {
 		t.Error("contract or intent section without a preflight")
 	}
 	events := all(doc, tagClass("li", "event"))
-	if len(events) != 1 || !strings.Contains(text(events[0]), "tool.sleep allow enforced policy: allowed") ||
+	if len(events) != 1 || !strings.Contains(text(events[0]), "tool.sleep allow policy: allowed") ||
 		strings.Contains(text(events[0]), "after the preflight") {
 		t.Fatalf("events: %d %q", len(events), text(events[0]))
 	}

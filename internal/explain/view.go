@@ -231,7 +231,9 @@ func row(r preflight.Result) Row {
 			rest["violations"] = raw
 		}
 	}
-	if len(rest) > 0 {
+	// Evidence explains a failure, or why a contract did not apply; a row
+	// that passed has nothing to explain, and its raw JSON is only noise.
+	if len(rest) > 0 && r.Outcome != preflight.RowPass {
 		if b, err := canon.Marshal(rest); err == nil {
 			out.Evidence = string(b)
 		}
