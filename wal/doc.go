@@ -22,6 +22,9 @@
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
+//	             key: "version"  value: the format version in decimal, "1" (FormatVersion); Open
+//	             refuses another (ErrVersionMismatch) and writes "1" into a log without the key,
+//	             which was written before the key existed in this same format
 //	retired      key: session key                    value: how many of the session's preflight
 //	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
 //

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ var (
 	ErrDiskFull = errors.New("wal: file system nearly full")
 	// ErrLocked reports that another process holds the log file open.
 	ErrLocked = errors.New("wal: log file is locked by another process (is a server running on this data dir?)")
+	// ErrVersionMismatch reports a log whose format version this binary
+	// does not read (written by a newer one).
+	ErrVersionMismatch = errors.New("wal: format version mismatch")
 	// ErrInProgress reports an idempotency key another submission holds.
 	ErrInProgress = errors.New("wal: idempotency key is being decided")
 	// ErrConflict reports a write whose precondition no longer holds: a
@@ -55,9 +59,15 @@ var (
 	// timeOrdered are the indexes keyed by preflight or audit id.
 	timeOrdered = [][]byte{bucketAudit, bucketPreflights, bucketConsumed}
 
-	keyHead = []byte("head")
-	keyBase = []byte("base")
+	keyHead    = []byte("head")
+	keyVersion = []byte("version")
+	keyBase    = []byte("base")
 )
+
+// FormatVersion is the on-disk format this package writes and reads
+// (doc.go). A log without the meta bucket's "version" key was written
+// before the key existed, in this same format, and gets the key at Open.
+const FormatVersion = 1
 
 // FileName is the name of the log file inside the data directory.
 const FileName = "wal.db"
@@ -162,6 +172,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
+		}
+		if err := checkVersion(tx.Bucket(bucketMeta)); err != nil {
+			return err
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyHead); v != nil {
 			return json.Unmarshal(v, &db.head)
@@ -456,4 +469,17 @@ func auditKey(auditID string, seq uint64) []byte {
 	k = append(k, 0)
 	s := seqKey(seq)
 	return append(k, s[:]...)
+}
+
+// checkVersion refuses a log of another format version and writes the
+// version into a log that has none (one written before the key existed).
+func checkVersion(meta *bolt.Bucket) error {
+	v := meta.Get(keyVersion)
+	if v == nil {
+		return meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
+	}
+	if n, err := strconv.Atoi(string(v)); err != nil || n != FormatVersion {
+		return fmt.Errorf("%w: the log is version %q, this binary reads version %d", ErrVersionMismatch, v, FormatVersion)
+	}
+	return nil
 }

@@ -1,0 +1,134 @@
+package wal_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// The fixture testdata/v1-9a65390.db was written by the service built from
+// commit 9a65390, before the log had a format version: one two-step
+// preflight (pfFixture, audit id auFixture) whose step s1 was consumed by
+// a gated call with x-request-id req-fixture-1 and args {"msg":"hi"}, and
+// one tool.echo call without a preflight.
+const (
+	pfFixture = "pf_-P7ncQf32Z_vMmxWPF7qMVTj"
+	auFixture = "au_-P7ncQf3oHTKcsV6uYDJ5xvK"
+)
+
+func openFixture(t *testing.T) (*wal.DB, string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "v1-9a65390.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, wal.FileName), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := wal.Open(dir, nil)
+	if err != nil {
+		t.Fatalf("open a log written before format versions: %v", err)
+	}
+	return db, dir
+}
+
+// TestLogWrittenBeforeVersionsServes: a log written by the binary of
+// 9a65390 opens (and gets version 1), verifies, and serves its binding,
+// its decision and its consumed marker as that binary would.
+func TestLogWrittenBeforeVersionsServes(t *testing.T) {
+	db, dir := openFixture(t)
+	ctx := context.Background()
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	b, err := db.Binding(ctx, pfFixture)
+	if err != nil || b.AuditID != auFixture || len(b.Steps) != 2 || b.ActorID != "user:fixture" {
+		t.Fatalf("binding: %+v, %v", b, err)
+	}
+	if d, err := db.Decision(ctx, pfFixture); err != nil || !json.Valid(d) || !bytes.Contains(d, []byte(pfFixture)) {
+		t.Fatalf("decision %s, %v", d, err)
+	}
+	if found, passed, err := db.ChainStatus(ctx, auFixture); err != nil || !found || !passed {
+		t.Fatalf("chain status %v %v %v", found, passed, err)
+	}
+	call, err := canon.Digest(map[string]any{"msg": "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		requestID string
+		want      wal.ConsumeStatus
+	}{{"req-fixture-1", wal.Repeated}, {"req-fixture-2", wal.Consumed}, {"req-fixture-3", wal.Replay}} {
+		res, err := db.Consume(ctx, wal.ConsumeRequest{Binding: &b, Kind: "tool.echo", RequestID: tc.requestID, CallDigest: call, Time: now})
+		if err != nil || res.Status != tc.want {
+			t.Fatalf("consume under %s: %+v, %v; want %v", tc.requestID, res, err, tc.want)
+		}
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("verify after new frames: %+v, %v", rep, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := metaVersion(t, dir); v != "1" {
+		t.Fatalf("version key after Open: %q, want \"1\"", v)
+	}
+}
+
+// TestUnknownVersionRefused: a log of a format version this binary does
+// not know is refused at Open with ErrVersionMismatch, and left as it was.
+func TestUnknownVersionRefused(t *testing.T) {
+	db, dir := openFixture(t)
+	db.Close()
+	setMeta(t, dir, "version", "2")
+	if db, err := wal.Open(dir, nil); !errors.Is(err, wal.ErrVersionMismatch) {
+		if err == nil {
+			db.Close()
+		}
+		t.Fatalf("open a version 2 log: %v, want wal.ErrVersionMismatch", err)
+	}
+	if v := metaVersion(t, dir); v != "2" {
+		t.Fatalf("version after the refused Open: %q", v)
+	}
+}
+
+func metaVersion(t *testing.T, dir string) string {
+	t.Helper()
+	bdb, err := bolt.Open(filepath.Join(dir, wal.FileName), 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	var v string
+	bdb.View(func(tx *bolt.Tx) error {
+		v = string(tx.Bucket([]byte("meta")).Get([]byte("version")))
+		return nil
+	})
+	return v
+}
+
+func setMeta(t *testing.T, dir, key, value string) {
+	t.Helper()
+	bdb, err := bolt.Open(filepath.Join(dir, wal.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte(key), []byte(value))
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
