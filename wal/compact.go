@@ -72,6 +72,11 @@ type CompactReport struct {
 // nothing more.
 func (db *DB) Compact(ctx context.Context, before time.Time) (CompactReport, error) {
 	rep := CompactReport{Before: before.UTC()}
+	// Compacting a log that failed verification could remove the frames
+	// that show it (trust.go).
+	if err := db.Trusted(); err != nil {
+		return rep, err
+	}
 	limit := db.opts.CompactChunk
 	if limit <= 0 {
 		limit = defaultCompactChunk

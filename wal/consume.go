@@ -165,6 +165,9 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 
 // Peek reports, without writing, what Consume would do now.
 func (db *DB) Peek(ctx context.Context, r ConsumeRequest) (ConsumeResult, error) {
+	if err := db.Trusted(); err != nil {
+		return ConsumeResult{}, err
+	}
 	var res ConsumeResult
 	err := db.View(func(tx *Tx) error {
 		var err error

@@ -72,8 +72,11 @@
 // chain holds, compares every record with the frame it names (ids, outcome,
 // actor, tenant, expiry, steps) and reports the frame's seq when they
 // differ, so an edited record cannot pass for a verified log.
-// DB.Binding returns the binding from the record; DB.Decision reads the
-// decision from the frame. A value of exactly 8 bytes (a log written before
+// DB.Binding returns the binding from the record once it has compared it
+// with the frame, and the frame with the chain around it (trust.go): an
+// edit made while the service runs fails that read and the log is trusted
+// no more. With Options.VerifyOnOpen nothing is decided from a log until
+// Verify has passed on it. DB.Decision reads the decision from the frame. A value of exactly 8 bytes (a log written before
 // the record existed) is still read: Binding then decodes the frame. A
 // binary older than the record finds no binding for a value longer than 8
 // bytes, so it denies calls naming those ids (preflight_required) rather

@@ -240,14 +240,74 @@ func (s Session) encode() []byte {
 // compact record in the preflights index, not the frame; Decision returns
 // the decision's JSON. Only a binding written before the compact record
 // existed (an index value of the seq alone) is read from its frame.
+//
+// Before the record is trusted it is compared with the frame it names, and
+// that frame's hash with its contents and with the next frame's prev_hash
+// (or the head): a record or frame edited while the service runs is a
+// *VerifyError naming the seq, and the log is then trusted no more
+// (trust.go). The gate reads a binding here only on a cache miss.
 func (db *DB) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
+	if err := db.Trusted(); err != nil {
+		return preflight.Binding{}, err
+	}
 	var b preflight.Binding
+	var ve *VerifyError
 	err := db.View(func(tx *Tx) error {
 		var err error
 		b, err = tx.binding(preflightID)
+		if err == nil {
+			ve = tx.checkBinding(&b)
+		}
 		return err
 	})
+	if ve != nil {
+		db.distrust(ve)
+		return preflight.Binding{}, ve
+	}
 	return b, err
+}
+
+// checkBinding compares binding b, as read from its record, with its
+// autonomy.preflight frame, and that frame with the chain around it.
+func (tx *Tx) checkBinding(b *preflight.Binding) *VerifyError {
+	seq, _ := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(b.PreflightID)))
+	bad := func(problem string) *VerifyError {
+		return &VerifyError{Seq: seq, Problem: fmt.Sprintf("binding of %s: %s", b.PreflightID, problem)}
+	}
+	a, f, err := tx.preflightFrame(seq)
+	switch {
+	case err != nil:
+		return bad("its frame cannot be read: " + err.Error())
+	case recordDiffers(b, a, f):
+		return bad("the binding record differs from its autonomy.preflight frame")
+	case !f.hashMatches():
+		return bad("hash does not match the frame's contents")
+	}
+	if next, err := tx.Frame(seq + 1); err == nil {
+		if next.PrevHash != f.Hash {
+			return bad("the next frame's prev_hash does not match this frame's hash")
+		}
+	} else if head := tx.recordedHead(); head.Seq != seq || head.Hash != f.Hash {
+		return bad("the frame is not followed by the next one nor recorded as the head")
+	}
+	return nil
+}
+
+// recordedHead is the head recorded in the meta bucket.
+func (tx *Tx) recordedHead() chainPoint {
+	var h chainPoint
+	if v := tx.btx.Bucket(bucketMeta).Get(keyHead); v != nil {
+		_ = json.Unmarshal(v, &h) // a head that does not decode matches no frame
+	}
+	return h
+}
+
+// recordDiffers reports whether binding rec, read from a preflights
+// record, says anything its autonomy.preflight frame f (attrs a) does not.
+func recordDiffers(rec *preflight.Binding, a preflightAttrs, f Frame) bool {
+	return f.Kind != KindPreflight || a.PreflightID != rec.PreflightID || f.AuditID != rec.AuditID ||
+		a.Outcome != rec.Outcome || a.ActorID != rec.ActorID || a.Tenant != rec.Tenant ||
+		!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.EqualFunc(a.Steps, rec.Steps, sameStep)
 }
 
 // binding reads the binding of a preflight still recorded: its compact
@@ -310,6 +370,9 @@ func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
 // Session returns what the log knows of a repair session; a session it has
 // never seen is the zero Session.
 func (db *DB) Session(ctx context.Context, key string) (Session, error) {
+	if err := db.Trusted(); err != nil {
+		return Session{}, err
+	}
 	var s Session
 	err := db.View(func(tx *Tx) error {
 		s = decodeSession(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
@@ -320,6 +383,9 @@ func (db *DB) Session(ctx context.Context, key string) (Session, error) {
 
 // Idempotency returns the record of an idempotency key, or ErrNotFound.
 func (db *DB) Idempotency(ctx context.Context, key string) (IdempotencyRecord, error) {
+	if err := db.Trusted(); err != nil {
+		return IdempotencyRecord{}, err
+	}
 	var r IdempotencyRecord
 	err := db.View(func(tx *Tx) error {
 		v := tx.btx.Bucket(bucketIdempotency).Get([]byte(key))
@@ -335,6 +401,9 @@ func (db *DB) Idempotency(ctx context.Context, key string) (IdempotencyRecord, e
 // ChainStatus reports whether an autonomy.preflight frame exists under
 // auditID and whether its outcome was pass.
 func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error) {
+	if err := db.Trusted(); err != nil {
+		return false, false, err
+	}
 	err = db.View(func(tx *Tx) error {
 		return tx.eachAudit(auditID, func(f Frame) (bool, error) {
 			if f.Kind != KindPreflight {

@@ -297,9 +297,7 @@ func (tx *Tx) verifyBindings(ctx context.Context, rep *VerifyReport) error {
 		if err != nil {
 			return bad("its frame cannot be read: " + err.Error())
 		}
-		if f.Kind != KindPreflight || a.PreflightID != string(k) || f.AuditID != rec.AuditID ||
-			a.Outcome != rec.Outcome || a.ActorID != rec.ActorID || a.Tenant != rec.Tenant ||
-			!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.EqualFunc(a.Steps, rec.Steps, sameStep) {
+		if recordDiffers(&rec, a, f) {
 			return bad("differs from its autonomy.preflight frame")
 		}
 	}

@@ -86,6 +86,16 @@ type Options struct {
 	// OnCommit, when set, is called after every commit attempt with the
 	// number of writes in it, how long it took and its error.
 	OnCommit func(writes int, took time.Duration, err error)
+	// VerifyOnOpen verifies the whole log in the background after Open;
+	// until it has verified, and for good if it fails, nothing is decided
+	// from it (trust.go). The service sets it; the CLI tools, which must
+	// read and export a log that fails, do not.
+	VerifyOnOpen bool
+	// OnVerify, when set, is called when the verification VerifyOnOpen
+	// started ends (frames checked, how long it took, nil or why the log
+	// is not trusted), and again, with zero frames, when a binding record
+	// is later found to differ from its frame.
+	OnVerify func(frames int, took time.Duration, err error)
 	// CompactChunk caps how many frames one compaction transaction removes,
 	// so compaction never holds the commit loop for long. Zero means 256.
 	CompactChunk int
@@ -113,6 +123,12 @@ type DB struct {
 
 	// poisoned is set once bbolt panicked or faulted on the file (open.go).
 	poisoned atomic.Bool
+
+	// trust is nil or holds what is known of the log's verification;
+	// verified is closed when the open-time verification ends (trust.go).
+	trust        atomic.Pointer[trustState]
+	verified     chan struct{}
+	cancelVerify context.CancelFunc
 
 	// claims holds the idempotency keys and repair sessions being decided
 	// (claims.go).
@@ -166,7 +182,8 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
-		queue: make(chan *write, 4096), stop: make(chan struct{}), done: make(chan struct{})}
+		queue: make(chan *write, 4096), stop: make(chan struct{}), done: make(chan struct{}),
+		verified: make(chan struct{})}
 	err = db.update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -195,6 +212,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 		db.ahead = openAhead(path)
 	}
 	go db.loop()
+	if o.VerifyOnOpen {
+		db.startVerify()
+	} else {
+		close(db.verified)
+	}
 	return db, nil
 }
 
@@ -211,6 +233,10 @@ func (db *DB) Close() error {
 	}
 	db.closed = true
 	db.mu.Unlock()
+	if db.cancelVerify != nil {
+		db.cancelVerify()
+		<-db.verified
+	}
 	close(db.stop)
 	<-db.done
 	if db.ahead != nil {
@@ -227,6 +253,9 @@ func (db *DB) Close() error {
 // commits. fn may run more than once (see the package doc) and must not
 // retain the Tx.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+	if err := db.Trusted(); err != nil {
+		return err
+	}
 	w := &write{fn: fn, done: make(chan error, 1)}
 	db.mu.RLock()
 	if db.closed {

@@ -14,6 +14,7 @@ import (
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
 )
 
 var (
@@ -72,6 +73,9 @@ type Metrics struct {
 	walCommitDuration  prometheus.Histogram
 	walCommitBatch     prometheus.Histogram
 	walCommitErrors    prometheus.Counter
+	walVerified        prometheus.Gauge
+	walVerifyBadSeq    prometheus.Gauge
+	walVerifySeconds   prometheus.Gauge
 	errors             *prometheus.CounterVec
 	mode               *prometheus.GaugeVec
 	bundleInfo         *prometheus.GaugeVec
@@ -136,6 +140,18 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 			Namespace: Namespace, Name: "wal_commit_errors_total",
 			Help: "WAL commits that failed (a writer's own error is not a commit failure).",
 		}),
+		walVerified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wal_verified",
+			Help: "1 once the WAL verified at open, 0 while it is being verified or after it failed verification (nothing is decided from it then).",
+		}),
+		walVerifyBadSeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wal_verify_failed_seq",
+			Help: "The seq at which the WAL failed verification (at open, or a binding record found to differ from its frame); 0 while none did.",
+		}),
+		walVerifySeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "wal_verify_duration_seconds",
+			Help: "How long the verification of the WAL at open took.",
+		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "errors_total",
 			Help: "Error answers by the code in their body: HTTP API codes, and verifier_unavailable for checks that could not be decided.",
@@ -177,7 +193,7 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 
 	cs := []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
 		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
-		m.walCommitErrors, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
+		m.walCommitErrors, m.walVerified, m.walVerifyBadSeq, m.walVerifySeconds, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
 	cs = append(cs, m.approvals.init(o)...)
 	if o.WALPath != "" {
 		path := o.WALPath
@@ -309,6 +325,24 @@ func (m *Metrics) WALCommit(writes int, took time.Duration, err error) {
 	}
 	m.walCommitDuration.Observe(took.Seconds())
 	m.walCommitBatch.Observe(float64(writes))
+}
+
+// WALVerify records how the WAL's verification ended; it has the
+// signature of wal.Options.OnVerify.
+func (m *Metrics) WALVerify(frames int, took time.Duration, err error) {
+	if took > 0 {
+		m.walVerifySeconds.Set(took.Seconds())
+	}
+	var ve *wal.VerifyError
+	switch {
+	case err == nil:
+		m.walVerified.Set(1)
+	case errors.As(err, &ve):
+		m.walVerified.Set(0)
+		m.walVerifyBadSeq.Set(float64(ve.Seq))
+	default:
+		m.walVerified.Set(0)
+	}
 }
 
 // SetMode marks mode as the active one.

@@ -70,6 +70,17 @@ func (s *Server) startBackground(ctx context.Context) (stop func()) {
 	wg.Add(2)
 	go func() { defer wg.Done(); s.probeEvery(ctx, s.obs.interval) }()
 	go func() { defer wg.Done(); s.watchBundle(ctx) }()
+	if s.verifyPending {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select { // readiness follows the WAL's verification as soon as it ends
+			case <-s.db.Verified():
+				s.probe(ctx)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return func() { cancel(); wg.Wait() }
 }
 

@@ -92,6 +92,8 @@ type Server struct {
 	checker   extauthz.Checker // the gate, traced when tracing is on
 	reloadMu  sync.Mutex
 	notifier  *webhook.Notifier
+	// verifyPending: the WAL was still being verified when New returned.
+	verifyPending bool
 }
 
 // LoadBundle loads the configured bundle with the configured limits.
@@ -141,7 +143,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	for _, note := range b.Unenforced() {
 		s.log.Warn("clause not enforced", "note", note)
 	}
-	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log, OnCommit: s.obs.metrics.WALCommit})
+	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log, OnCommit: s.obs.metrics.WALCommit,
+		VerifyOnOpen: true, OnVerify: s.obs.metrics.WALVerify})
 	if err != nil {
 		return nil, err
 	}
@@ -227,9 +230,24 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	if cfg.GRPC.Reflection {
 		reflection.Register(s.grpc)
 	}
-	s.ready.Store(true)
+	// A log small enough to verify in moments is verified before the
+	// server listens; a bigger one goes on in the background while the
+	// listeners answer unready and decide nothing (503), until it verifies
+	// (startBackground probes readiness again then).
+	select {
+	case <-db.Verified():
+	case <-time.After(verifyWait):
+		s.verifyPending = true
+		s.log.Info("wal verification continues in the background; unready until it ends", "wal", db.Path())
+	}
+	s.ready.Store(db.Trusted() == nil)
 	return s, nil
 }
+
+// verifyWait is how long New waits for the WAL's verification before it
+// lets the server listen unready (docs/PERFORMANCE.md has the cost per
+// frame).
+const verifyWait = 2 * time.Second
 
 // Handler returns the HTTP listener's handler.
 func (s *Server) Handler() http.Handler {
