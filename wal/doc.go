@@ -27,6 +27,10 @@
 //	             which was written before the key existed in this same format
 //	retired      key: session key                    value: how many of the session's preflight
 //	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
+//	approvals    key: preflight_id 0x00 step_id      value: JSON of an Approval: the step's kind, args digest,
+//	             authorities, expiry, tenant and actor, its state (pending, approved, rejected) and,
+//	             once decided, the decision and the seq of its autonomy.approval frame (created by the
+//	             first preflight with a step that waits for an approval; removed with the binding)
 //
 // Preflight and audit ids begin with their creation time in characters that
 // sort as the time does (internal/ids), so the audit, preflights and
@@ -62,6 +66,8 @@
 //	0x01 (version)  str(audit_id)  str(outcome)  str(actor_id)  str(tenant, "" for none)
 //	varint(expires_at, seconds since 1970 UTC)  uvarint(expires_at's nanoseconds)
 //	uvarint(step count), then per step:  str(id)  str(kind)  digest
+//	then, only when a step waits for an approval:  0x01, and per step 0x00 (none) or
+//	0x01  uvarint(n)  n × str(authority)  varint(expiry seconds)  uvarint(expiry nanoseconds)
 //
 // str(s) is uvarint(len(s)) and the bytes of s; varint and uvarint are those
 // of encoding/binary. digest is 0x01 and 32 bytes for "sha256:" followed by
