@@ -32,3 +32,18 @@ var (
 	// as C strings cuts short ("kind\u0000x" read as "kind").
 	errNULName = errors.New("binding: member name holds a NUL")
 )
+
+// The errors a gated MCP message is refused with as gate: malformed_tool_call
+// (gate.protocol: mcp).
+var (
+	// errNotJSONRPC: the body is not one JSON-RPC 2.0 request, notification
+	// or response, nor a batch of them.
+	errNotJSONRPC = errors.New("binding: body is not a JSON-RPC 2.0 message")
+	// errToolCallParams: a tools/call whose params are not an object with
+	// a tool name, an arguments object and, when present, a _meta object.
+	errToolCallParams = errors.New("binding: tools/call params are not an object with name, arguments and _meta")
+	// errToolName: params.name breaks MCP's tool-name rule.
+	errToolName = errors.New("binding: tools/call names no valid MCP tool")
+	// errTwoPreflightIDs: the header and params._meta name two preflights.
+	errTwoPreflightIDs = errors.New("binding: the X-Autonomy-Preflight-Id header and params._meta name different preflights")
+)

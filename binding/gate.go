@@ -92,6 +92,9 @@ type Options struct {
 	// Policy returns the current bundle; it is called once per check.
 	Policy func() Policy
 	Mode   Mode
+	// Protocol is what the gated path carries (default tool). With mcp,
+	// KindPointer, ArgsPointer and KindHeader are not used (mcp.go).
+	Protocol Protocol
 	// Path is the gated path (default /v1/tool); KindPointer and ArgsPointer
 	// locate the tool kind and args in the JSON body (default /kind, /args).
 	Path        string
@@ -167,6 +170,9 @@ func New(o Options) *Gate {
 	if o.Mode == "" {
 		o.Mode = ModeAdvisory
 	}
+	if o.Protocol == "" {
+		o.Protocol = ProtocolTool
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -230,6 +236,8 @@ type Request struct {
 	LineMethod, LinePath string
 	// Principal is the mTLS peer principal, when there is one.
 	Principal string
+	// batchItem marks one message of an MCP batch, decided on its own.
+	batchItem bool
 }
 
 // undescribed returns why the gate cannot tell which request r is, or nil:
@@ -270,6 +278,10 @@ type Decision struct {
 	// that made it unreadable (a number in args that does not round-trip
 	// through a double); "" otherwise.
 	Pointer string
+	// rpc are the JSON-RPC messages answered (gate.protocol: mcp), several
+	// when rpcBatch; they shape the deny (MCPDenyBody).
+	rpc      []rpcMessage
+	rpcBatch bool
 }
 
 // Code returns the subreason, the stable error code of a deny.
@@ -357,6 +369,11 @@ type call struct {
 	// is approval: pending or approval: rejected when any is.
 	held       []bool
 	heldReason string
+	// rpc is the JSON-RPC message read (rpcRead) under gate.protocol mcp;
+	// idRead says readMCP set headerID and hasHeader (header or _meta).
+	rpc     rpcMessage
+	rpcRead bool
+	idRead  bool
 	// argsDigest's memo.
 	digested        bool
 	argsDigestValue string
@@ -366,6 +383,9 @@ type call struct {
 // Check decides one request. It never returns an allow when something went
 // wrong: errors and panics become a 503 deny.
 func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
+	if msgs := g.batchOf(r); msgs != nil {
+		return g.checkBatch(ctx, r, msgs)
+	}
 	start := time.Now()
 	now := g.o.Now()
 	d = Decision{Mode: g.o.Mode, RequestID: r.Headers[HeaderRequestID]}
@@ -407,6 +427,9 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		}
 	}
 	d.ToolKind = c.kind
+	if c.rpcRead {
+		d.rpc = []rpcMessage{c.rpc}
+	}
 	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
 		g.ladder(ctx, c, pol.Governance(), now)
 		if c.status == http.StatusServiceUnavailable {
@@ -697,6 +720,9 @@ func pathOnly(p string) string {
 // readCall takes the tool kind and args from the JSON body, or the kind from
 // the configured header when the request has no body.
 func (g *Gate) readCall(c *call) error {
+	if g.o.Protocol == ProtocolMCP {
+		return g.readMCP(c)
+	}
 	if c.req.BodyErr != nil {
 		return c.req.BodyErr
 	}

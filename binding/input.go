@@ -47,7 +47,7 @@ func (c *call) withPreflight() bool { return c.bound != nil && c.contract == "" 
 // inputValue builds the Rego input of SPEC §6 as an OPA value, with only
 // the members the policy can read.
 func (g *Gate) inputValue(ctx context.Context, pol valuePolicy, c *call) (ast.Value, error) {
-	items := make([][2]*ast.Term, 0, 5)
+	items := make([][2]*ast.Term, 0, 6)
 	if pol.ReadsInput("request") {
 		headers := make([][2]*ast.Term, 0, len(c.req.Headers))
 		for k, v := range c.req.Headers {
@@ -88,6 +88,9 @@ func (g *Gate) inputValue(ctx context.Context, pol valuePolicy, c *call) (ast.Va
 			pf = v
 		}
 		items = append(items, ast.Item(ast.StringTerm("preflight"), ast.NewTerm(pf)))
+	}
+	if t, ok := g.mcpTerm(c); ok && pol.ReadsInput("mcp") {
+		items = append(items, ast.Item(ast.StringTerm("mcp"), t))
 	}
 	return ast.NewObject(items...), nil
 }
@@ -144,13 +147,17 @@ func (g *Gate) policyInput(ctx context.Context, c *call) (map[string]any, error)
 	if args == nil {
 		args = map[string]any{}
 	}
-	return map[string]any{
+	input := map[string]any{
 		"request":   map[string]any{"method": c.req.Method, "path": c.req.Path, "headers": headers},
 		"action":    map[string]any{"kind": c.kind, "args": args},
 		"actor":     map[string]any{"id": c.identity},
 		"mode":      string(g.o.Mode),
 		"preflight": pf,
-	}, nil
+	}
+	if m, ok := g.mcpInput(c); ok {
+		input["mcp"] = m
+	}
+	return input, nil
 }
 
 // argsDigest is the canonical digest of the call's args, computed once: the

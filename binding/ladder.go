@@ -15,7 +15,9 @@ import (
 // ladder runs rungs 1 to 6. It sets c.contract to the first failure, c.bound
 // when the header resolved, and c.status to 503 when it could not decide.
 func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, now time.Time) {
-	c.headerID, c.hasHeader = c.req.Headers[HeaderPreflightID]
+	if !c.idRead { // readMCP took it from the header or params._meta
+		c.headerID, c.hasHeader = c.req.Headers[HeaderPreflightID]
+	}
 	if !c.hasHeader {
 		if gov.RequiresPreflight(c.kind) {
 			c.contract = preflight.ReasonPreflightRequired

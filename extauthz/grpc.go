@@ -168,10 +168,16 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 		return &a.resp
 	}
 	// Every deny is PERMISSION_DENIED (SPEC §5.5); one that could not be
-	// decided says so with its 503 and contract: verifier_unavailable.
+	// decided says so with its 503 and contract: verifier_unavailable. An
+	// MCP deny reaches the client as 200 with a JSON-RPC answer (SPEC §14):
+	// the gRPC status, not the HTTP one, is what denies it.
+	status, body := d.ClientDeny()
 	httpCode := typev3.StatusCode_Forbidden
-	if d.Status == 503 {
+	switch status {
+	case 503:
 		httpCode = typev3.StatusCode_ServiceUnavailable
+	case 200:
+		httpCode = typev3.StatusCode_OK
 	}
 	r := new(denyResponse)
 	r.status = rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: d.Reason}
@@ -179,7 +185,7 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	r.contentType.set("content-type", "application/json")
 	r.audit.set(binding.HeaderAuditID, d.AuditID)
 	r.headers = [2]*corev3.HeaderValueOption{&r.contentType.opt, &r.audit.opt}
-	r.denied = authv3.DeniedHttpResponse{Status: &r.httpStatus, Headers: r.headers[:], Body: string(d.DenyBody())}
+	r.denied = authv3.DeniedHttpResponse{Status: &r.httpStatus, Headers: r.headers[:], Body: string(body)}
 	r.oneof.DeniedResponse = &r.denied
 	r.resp = authv3.CheckResponse{Status: &r.status, HttpResponse: &r.oneof, DynamicMetadata: meta}
 	return &r.resp

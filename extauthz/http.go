@@ -32,8 +32,10 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	WriteDecision(w, &d)
 }
 
-// WriteDecision writes d as an HTTP answer: the upstream headers and 200 on
-// an allow, the status and JSON deny body otherwise.
+// WriteDecision writes d as the HTTP check's answer: the upstream headers
+// and 200 on an allow, the status and JSON deny body otherwise. An MCP deny
+// keeps its 403 or 503 here, with the JSON-RPC answer as its body: the
+// proxies that call the HTTP check read any 200 as an allow.
 func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
 	if d.Allowed {
 		for k, v := range d.UpstreamHeaders() {
@@ -42,10 +44,26 @@ func WriteDecision(w http.ResponseWriter, d *binding.Decision) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	body := d.MCPDenyBody()
+	if body == nil {
+		body = d.DenyBody()
+	}
+	writeDeny(w, d, d.Status, body)
+}
+
+// WriteClientDeny writes the deny d to the client itself (the built-in
+// gateway): an MCP deny is then 200 with the JSON-RPC answer
+// (binding.Decision.ClientDeny).
+func WriteClientDeny(w http.ResponseWriter, d *binding.Decision) {
+	status, body := d.ClientDeny()
+	writeDeny(w, d, status, body)
+}
+
+func writeDeny(w http.ResponseWriter, d *binding.Decision, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(binding.HeaderAuditID, d.AuditID)
-	w.WriteHeader(d.Status)
-	w.Write(d.DenyBody())
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 var (

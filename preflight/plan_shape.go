@@ -41,8 +41,8 @@ func checkPlanShape(e *evaluation) (Result, error) {
 		case earlier[s.ID]:
 			r.fail(s.ID, stepField(i, "id"), fmt.Sprintf("step id %q is used by an earlier step", s.ID))
 		}
-		if !validKind(s.Kind) {
-			r.fail(s.ID, stepField(i, "kind"), fmt.Sprintf("kind %q does not match ^[a-z][a-z0-9_.-]*$", s.Kind))
+		if !e.kinds.Valid(s.Kind) {
+			r.fail(s.ID, stepField(i, "kind"), fmt.Sprintf("kind %q does not match %s", s.Kind, e.kinds.Pattern()))
 		}
 		for j, dep := range s.DependsOn {
 			if !earlier[dep] {

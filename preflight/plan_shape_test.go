@@ -1,6 +1,8 @@
 package preflight
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/contractrefine/autonomy/preflight/envelope"
@@ -123,5 +125,35 @@ func TestValidKind(t *testing.T) {
 				t.Errorf("validKind(%q) = %v, want %v", kind, got, want)
 			}
 		})
+	}
+}
+
+func TestKindRules(t *testing.T) {
+	cases := map[string][2]bool{ // kind → valid under the tool rule, the MCP rule
+		"tool.echo": {true, true}, "get_weather": {true, true}, "GetWeather": {false, true},
+		"9lives": {false, true}, "_x": {false, true}, "a-b.C_9": {false, true},
+		"": {false, false}, "a b": {false, false}, "a/b": {false, false}, "aé": {false, false},
+		strings.Repeat("a", MaxMCPToolName): {true, true}, strings.Repeat("a", MaxMCPToolName+1): {true, false},
+	}
+	for kind, want := range cases {
+		if got := [2]bool{KindRuleTool.Valid(kind), KindRuleMCP.Valid(kind)}; got != want {
+			t.Errorf("%q: tool, mcp rules say %v, want %v", kind, got, want)
+		}
+	}
+}
+
+// TestPlanShapeFollowsTheKindRule: under gate.protocol mcp a plan step may
+// name any MCP tool, and the failure names the rule in force.
+func TestPlanShapeFollowsTheKindRule(t *testing.T) {
+	req := &Request{Plan: Plan{Steps: []Step{{ID: "s1", Kind: "GetWeather"}}}}
+	for rule, want := range map[KindRule]string{KindRuleTool: "^[a-z][a-z0-9_.-]*$", KindRuleMCP: ""} {
+		r, err := checkPlanShape(&evaluation{req: req, kinds: rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(r)
+		if (want == "") != (r.Outcome == RowPass) || !strings.Contains(string(got), want) {
+			t.Errorf("rule %d: %s, want a failure naming %q (or a pass for none)", rule, got, want)
+		}
 	}
 }

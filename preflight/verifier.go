@@ -48,6 +48,9 @@ type Options struct {
 	Offline bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Kinds is the rule plan step kinds follow (plan_shape); the zero
+	// value is the /v1/tool rule.
+	Kinds KindRule
 }
 
 // DefaultVerifier runs the seven contracts of SPEC §3.5 and the declared
@@ -58,11 +61,13 @@ type DefaultVerifier struct {
 	window  time.Duration
 	offline bool
 	now     func() time.Time
+	kinds   KindRule
 }
 
 // NewVerifier returns a verifier with opts, defaults filled in.
 func NewVerifier(opts Options) *DefaultVerifier {
-	v := &DefaultVerifier{chain: opts.Chain, window: opts.BindingWindow, offline: opts.Offline, now: opts.Now}
+	v := &DefaultVerifier{chain: opts.Chain, window: opts.BindingWindow, offline: opts.Offline, now: opts.Now,
+		kinds: opts.Kinds}
 	if v.window <= 0 {
 		v.window = DefaultBindingWindow
 	}
@@ -100,6 +105,7 @@ type evaluation struct {
 	now     time.Time
 	offline bool
 	chain   ChainResolver
+	kinds   KindRule
 
 	input        any
 	inputDecoded bool
@@ -135,7 +141,7 @@ func (v *DefaultVerifier) Evaluate(ctx context.Context, in Input) (*Decision, er
 	now := v.now().UTC()
 	e := &evaluation{
 		ctx: ctx, req: in.Request, env: in.Envelope, gov: in.Governance,
-		now: now, offline: v.offline, chain: v.chain,
+		now: now, offline: v.offline, chain: v.chain, kinds: v.kinds,
 	}
 
 	var failedClosed string

@@ -52,6 +52,9 @@ type Options struct {
 	// ClauseCostLimit bounds one CEL clause evaluation. Zero means the clause
 	// package's default.
 	ClauseCostLimit uint64
+	// Kinds is the rule capability names follow (gate.protocol); the zero
+	// value, the /v1/tool rule, checks nothing, as before there was a rule.
+	Kinds preflight.KindRule
 }
 
 // Bundle is a loaded, prepared policy bundle.
@@ -107,6 +110,9 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: no .rego files", source)
 	}
 	gov, err := governanceOf(res.Documents)
+	if err == nil {
+		err = checkKindNames(gov, o.Kinds)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", source, err)
 	}
@@ -341,6 +347,26 @@ func checkDataSyntax(fsys fs.FS, root string) error {
 
 // governanceOf decodes data.autonomy strictly, so a misspelt key is a load
 // error naming it rather than a silently ignored setting.
+// checkKindNames refuses a capability that no call could name: with the
+// MCP rule, a tools/call names its tool in params.name, and a capability
+// whose name breaks MCP's tool-name rule would govern nothing.
+func checkKindNames(gov *preflight.Governance, rule preflight.KindRule) error {
+	if rule != preflight.KindRuleMCP {
+		return nil
+	}
+	kinds := make([]string, 0, len(gov.Capabilities))
+	for kind := range gov.Capabilities {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	for _, kind := range kinds {
+		if !rule.Valid(kind) {
+			return fmt.Errorf("data: autonomy.capabilities[%q]: not an MCP tool name (gate.protocol: mcp wants %s)", kind, rule.Pattern())
+		}
+	}
+	return nil
+}
+
 func governanceOf(docs map[string]any) (*preflight.Governance, error) {
 	raw, ok := docs["autonomy"]
 	gov := &preflight.Governance{Capabilities: map[string]preflight.Capability{}}

@@ -367,3 +367,24 @@ func TestDirs(t *testing.T) {
 		t.Errorf("Dirs = %v, want %v", got, want)
 	}
 }
+
+// TestMCPKindRule: under gate.protocol mcp a capability must be nameable
+// by a tools/call; under the tool rule names are not checked.
+func TestMCPKindRule(t *testing.T) {
+	for name, tc := range map[string]struct {
+		data    string
+		rule    preflight.KindRule
+		wantErr string
+	}{
+		"mcp names":       {data: "autonomy:\n  capabilities:\n    GetWeather: {}\n    refund.create.v2: {}\n", rule: preflight.KindRuleMCP},
+		"space in a name": {data: "autonomy:\n  capabilities:\n    \"get weather\": {}\n", rule: preflight.KindRuleMCP, wantErr: `autonomy.capabilities["get weather"]: not an MCP tool name`},
+		"tool rule":       {data: "autonomy:\n  capabilities:\n    \"get weather\": {}\n", rule: preflight.KindRuleTool},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := bundle.Load(context.Background(), writeBundle(t, tc.data), &bundle.Options{Kinds: tc.rule})
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -107,8 +107,18 @@ type GRPC struct {
 	Reflection bool `yaml:"reflection"`
 }
 
-// Gate holds the gate keys (SPEC §5).
+// Gate protocols (gate.protocol, SPEC §14).
+const (
+	// ProtocolTool gates POST gate.path bodies that name a kind and args.
+	ProtocolTool = "tool"
+	// ProtocolMCP gates MCP's tools/call over Streamable HTTP at gate.path.
+	ProtocolMCP = "mcp"
+)
+
+// Gate holds the gate keys (SPEC §5, §14).
 type Gate struct {
+	// Protocol is tool or mcp.
+	Protocol    string `yaml:"protocol"`
 	Path        string `yaml:"path"`
 	KindPointer string `yaml:"kind_pointer"`
 	ArgsPointer string `yaml:"args_pointer"`
@@ -238,7 +248,7 @@ func Default() Config {
 		},
 		HTTP: HTTP{MaxBodyBytes: 1 << 20, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
-		Gate:      Gate{Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
+		Gate:      Gate{Protocol: ProtocolTool, Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
 		WAL:       WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
 		Log:       Log{Level: "info", Decisions: true},
 		Policy:    Policy{Timeout: 250 * time.Millisecond},
@@ -384,6 +394,16 @@ func (c *Config) Validate() error {
 		// A query or fragment in it would never equal a request's path,
 		// and nothing would be gated.
 		bad("gate.path", "must be a path starting with / with no query, fragment, space or control character, got %q", c.Gate.Path)
+	}
+	switch c.Gate.Protocol {
+	case ProtocolTool:
+	case ProtocolMCP:
+		// A tools/call always has a body: its name and arguments are in it.
+		if c.Gate.KindHeader != "" {
+			bad("gate.kind_header", "is not used with gate.protocol: mcp (the tool name is params.name)")
+		}
+	default:
+		bad("gate.protocol", "%q is not one of tool, mcp", c.Gate.Protocol)
 	}
 	for _, kv := range [][2]string{{"gate.kind_header", c.Gate.KindHeader}, {"gate.actor_header", c.Gate.ActorHeader}} {
 		if h := kv[1]; h != "" && !httpguts.ValidHeaderFieldName(h) {

@@ -172,7 +172,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := g.o.Gate.Check(r.Context(), req)
 	if !d.Allowed {
 		w.Header().Set(binding.HeaderRequestID, requestID)
-		extauthz.WriteDecision(w, &d)
+		extauthz.WriteClientDeny(w, &d)
 		return
 	}
 	if req.BodyErr != nil {

@@ -99,7 +99,15 @@ type Server struct {
 // LoadBundle loads the configured bundle with the configured limits.
 func LoadBundle(ctx context.Context, cfg *config.Config) (*bundle.Bundle, error) {
 	return bundle.Load(ctx, cfg.Bundle, &bundle.Options{PolicyTimeout: cfg.Policy.Timeout,
-		ClauseCostLimit: cfg.Clauses.CostLimit})
+		ClauseCostLimit: cfg.Clauses.CostLimit, Kinds: kindRule(cfg)})
+}
+
+// kindRule is the rule kinds follow under cfg's gate.protocol.
+func kindRule(cfg *config.Config) preflight.KindRule {
+	if cfg.Gate.Protocol == config.ProtocolMCP {
+		return preflight.KindRuleMCP
+	}
+	return preflight.KindRuleTool
 }
 
 // New opens the WAL and loads the bundle. The caller must Run or Close it.
@@ -161,6 +169,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Log:              db,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
 		Mode:             mode,
+		Protocol:         binding.Protocol(cfg.Gate.Protocol),
 		Path:             cfg.Gate.Path,
 		KindPointer:      cfg.Gate.KindPointer,
 		ArgsPointer:      cfg.Gate.ArgsPointer,
@@ -178,7 +187,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	})
 	s.checker = s.obs.tracing.Checker(s.gate)
 	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
-		Offline: cfg.ContractRefine.Offline, Now: s.now})
+		Offline: cfg.ContractRefine.Offline, Now: s.now, Kinds: kindRule(&cfg)})
 	s.api = httpapi.New(httpapi.Options{
 		Submit: submit.New(submit.Options{
 			Verifier:           verifier,

@@ -1,0 +1,411 @@
+package binding
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// Protocol is gate.protocol: what the gated path carries.
+type Protocol string
+
+// Protocols of SPEC §5 and §14.
+const (
+	// ProtocolTool: a JSON body with a kind and args (gate.kind_pointer,
+	// gate.args_pointer).
+	ProtocolTool Protocol = "tool"
+	// ProtocolMCP: MCP JSON-RPC over Streamable HTTP. Only tools/call is
+	// gated: the kind is params.name, the args params.arguments.
+	ProtocolMCP Protocol = "mcp"
+)
+
+const (
+	// MCPToolsCall is the one MCP method the ladder gates.
+	MCPToolsCall = "tools/call"
+	// MetaPreflightID is the params._meta key by which a tools/call names
+	// its preflight, instead of the X-Autonomy-Preflight-Id header.
+	MetaPreflightID = "autonomy/preflight_id"
+	// MaxMCPBatch is the most messages a JSON-RPC batch may hold; each is
+	// decided, and recorded, on its own.
+	MaxMCPBatch = 32
+	// RPCCodeDenied is the JSON-RPC error code of a denied request other
+	// than tools/call (a tools/call gets a tool result with isError).
+	RPCCodeDenied = -32001
+	metaPreflightPointer = "/params/_meta/autonomy~1preflight_id"
+)
+
+// rpcMessage is what the gate keeps of one JSON-RPC message to answer it.
+type rpcMessage struct {
+	// id is the id's JSON text, "" for a notification.
+	id string
+	// method is "" for a response the client sends to the server.
+	method string
+}
+
+// readMCP reads one JSON-RPC message from the body. A tools/call gives the
+// kind, the args and the preflight id; any other message leaves the call
+// ungated: the ladder passes it untouched and the policy still runs.
+func (g *Gate) readMCP(c *call) error {
+	c.rpcRead = true
+	if c.req.BodyErr != nil {
+		return c.req.BodyErr
+	}
+	body := c.req.Body
+	if err := canon.CheckText(body); err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	doc, err := parseBody(body)
+	if err != nil {
+		return err
+	}
+	if err := checkValues(doc); err != nil {
+		return fmt.Errorf("body is ambiguous: %w", err)
+	}
+	if c.rpc, err = readRPC(doc); err != nil {
+		return err
+	}
+	if c.rpc.method != MCPToolsCall {
+		c.gated = false
+		return nil
+	}
+	return readToolCall(c, doc)
+}
+
+// readRPC classifies one decoded JSON-RPC 2.0 message: a request (method
+// and id), a notification (method, no id) or a response (id and result or
+// error, no method).
+func readRPC(doc any) (rpcMessage, error) {
+	var m rpcMessage
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return m, fmt.Errorf("%w: not an object", errNotJSONRPC)
+	}
+	version, _, err := resolveExact(doc, "/jsonrpc")
+	if err != nil {
+		return m, err
+	}
+	if version != "2.0" {
+		return m, fmt.Errorf("%w: jsonrpc is not \"2.0\"", errNotJSONRPC)
+	}
+	method, hasMethod, err := resolveExact(doc, "/method")
+	if err != nil {
+		return m, err
+	}
+	id, hasID, err := resolveExact(doc, "/id")
+	if err != nil {
+		return m, err
+	}
+	if hasID {
+		if m.id, err = rpcID(id, hasMethod); err != nil {
+			return m, err
+		}
+	}
+	if hasMethod {
+		s, isString := method.(string)
+		if !isString || s == "" {
+			return m, fmt.Errorf("%w: method is not a name", errNotJSONRPC)
+		}
+		m.method = s
+		return m, nil
+	}
+	_, hasResult := obj["result"]
+	_, hasError := obj["error"]
+	if !hasID || hasResult == hasError {
+		return m, fmt.Errorf("%w: neither a request nor a response", errNotJSONRPC)
+	}
+	return m, nil
+}
+
+// rpcID is a message id's JSON text. A request's id is a string or a
+// number; a response may also answer null (a request it could not read).
+func rpcID(v any, request bool) (string, error) {
+	switch t := v.(type) {
+	case string:
+		return string(appendJSONString(nil, t)), nil
+	case json.Number:
+		return t.String(), nil
+	case nil:
+		if !request {
+			return "null", nil
+		}
+	}
+	return "", fmt.Errorf("%w: id is not a string or a number", errNotJSONRPC)
+}
+
+// readToolCall takes the kind, args and preflight id of a tools/call.
+func readToolCall(c *call, doc any) error {
+	params, _, err := resolveExact(doc, "/params")
+	if err != nil {
+		return err
+	}
+	if _, isObj := params.(map[string]any); !isObj {
+		return errToolCallParams
+	}
+	name, _, err := resolveExact(doc, "/params/name")
+	if err != nil {
+		return err
+	}
+	kind, _ := name.(string)
+	if !preflight.KindRuleMCP.Valid(kind) {
+		return fmt.Errorf("%w: %q", errToolName, kind)
+	}
+	args, argsOK, err := resolveExact(doc, "/params/arguments")
+	if err != nil {
+		return err
+	}
+	if !argsOK || args == nil {
+		args = map[string]any{}
+	}
+	argsMap, isObj := args.(map[string]any)
+	if !isObj {
+		return fmt.Errorf("%w: arguments is not an object", errToolCallParams)
+	}
+	meta, hasMeta, err := resolveExact(doc, "/params/_meta")
+	if err != nil {
+		return err
+	}
+	if _, isObj := meta.(map[string]any); hasMeta && !isObj {
+		return fmt.Errorf("%w: _meta is not an object", errToolCallParams)
+	}
+	metaID, hasMetaID, err := resolveExact(doc, metaPreflightPointer)
+	if err != nil {
+		return err
+	}
+	id, hasID := c.req.Headers[HeaderPreflightID]
+	if hasMetaID {
+		s, isString := metaID.(string)
+		if !isString {
+			return fmt.Errorf("%w: _meta[%q] is not a string", errToolCallParams, MetaPreflightID)
+		}
+		if hasID && id != s {
+			return errTwoPreflightIDs
+		}
+		id, hasID = s, true
+	}
+	c.kind, c.args, c.argsMap = kind, args, argsMap
+	c.headerID, c.hasHeader, c.idRead = id, hasID, true
+	return nil
+}
+
+// checkBatch decides a JSON-RPC batch: each message on its own, in order,
+// as one request would be (its own decision frame, its own consumed step),
+// and the batch is allowed only when every message is. The first deny ends
+// the walk and answers for the whole batch, which then reaches no server:
+// a step an earlier call in it consumed stays consumed (the tool did not
+// run), so fail-closed never lets a batch spend more than it was allowed.
+// Each message gets the request id and its index, so that a retry of the
+// batch repeats each call's allow while two calls in one batch are two
+// calls, not a retry of one.
+func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessage) Decision {
+	all := make([]rpcMessage, len(msgs))
+	for i, m := range msgs {
+		all[i] = peekRPC(m)
+	}
+	var first Decision
+	for i, m := range msgs {
+		one := *r
+		one.Body, one.batchItem = m, true
+		one.Headers = make(map[string]string, len(r.Headers))
+		for k, v := range r.Headers {
+			one.Headers[k] = v
+		}
+		if id := r.Headers[HeaderRequestID]; id != "" {
+			one.Headers[HeaderRequestID] = id + "/" + strconv.Itoa(i)
+		}
+		d := g.Check(ctx, &one)
+		d.rpc, d.rpcBatch = all, true
+		if !d.Allowed {
+			return d
+		}
+		if i == 0 || (first.ToolKind == "" && d.ToolKind != "") {
+			adv := first.AdvisoryReason
+			first = d
+			if first.AdvisoryReason == "" {
+				first.AdvisoryReason = adv
+			}
+		} else if first.AdvisoryReason == "" {
+			first.AdvisoryReason = d.AdvisoryReason
+		}
+	}
+	return first
+}
+
+// batchOf returns the messages of a gated MCP body that is a JSON-RPC
+// batch, or nil: for a single message, a request that is not gated, and a
+// batch the gate refuses as malformed (empty, too long, not JSON), which
+// readMCP then reads as the one message it is not.
+func (g *Gate) batchOf(r *Request) []json.RawMessage {
+	if g.o.Protocol != ProtocolMCP || r.batchItem || r.BodyErr != nil {
+		return nil
+	}
+	b := r.Body
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	if i == len(b) || b[i] != '[' || !isPost(r.Method, r.Headers) || !g.gatesPath(r.Path) || g.undescribed(r) != nil {
+		return nil
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(b, &msgs); err != nil || len(msgs) == 0 || len(msgs) > MaxMCPBatch {
+		return nil
+	}
+	return msgs
+}
+
+// peekRPC reads the id and method of a batch message to answer it, without
+// judging it; a message it cannot read has no id, and gets no answer.
+func peekRPC(m json.RawMessage) rpcMessage {
+	var v struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(m, &v) != nil || len(v.ID) == 0 {
+		return rpcMessage{method: v.Method}
+	}
+	return rpcMessage{id: string(v.ID), method: v.Method}
+}
+
+// mcpInput is input.mcp of the policy (gate.protocol: mcp): the JSON-RPC
+// method, "" when the request carries none (a GET of the server's event
+// stream, a response the client sends).
+func (g *Gate) mcpInput(c *call) (map[string]any, bool) {
+	if g.o.Protocol != ProtocolMCP {
+		return nil, false
+	}
+	return map[string]any{"method": c.rpc.method}, true
+}
+
+// mcpTerm is mcpInput as an OPA term.
+func (g *Gate) mcpTerm(c *call) (*ast.Term, bool) {
+	if g.o.Protocol != ProtocolMCP {
+		return nil, false
+	}
+	return ast.ObjectTerm(ast.Item(ast.StringTerm("method"), ast.StringTerm(c.rpc.method))), true
+}
+
+// ClientDeny is the status and JSON body a deny is answered with where the
+// answer goes to the client (the gRPC Check's denied response, the
+// gateway). Under gate.protocol mcp a deny of a message with an id is the
+// answer an MCP client hands its model: 200 and MCPDenyBody. Any other
+// deny is d.Status with DenyBody.
+func (d *Decision) ClientDeny() (status int, body []byte) {
+	if b := d.MCPDenyBody(); b != nil {
+		return http.StatusOK, b
+	}
+	return d.Status, d.DenyBody()
+}
+
+// MCPDenyBody is the JSON-RPC answer to a denied MCP request, or nil when
+// the decision answers no JSON-RPC request (another protocol, a
+// notification, a body that is not JSON-RPC). A tools/call gets a tool
+// result with isError, a text item saying what happened and what to do,
+// and structuredContent {code, reason, audit_id}; any other request a
+// JSON-RPC error RPCCodeDenied with the same data. A batch gets an array
+// of the answers to the messages in it that have an id.
+func (d *Decision) MCPDenyBody() []byte {
+	n := 0
+	for _, m := range d.rpc {
+		if m.id != "" {
+			n++
+		}
+	}
+	if d.Allowed || n == 0 {
+		return nil
+	}
+	text := d.mcpText()
+	b := make([]byte, 0, n*(160+len(text)+2*len(d.Reason)+len(d.AuditID)))
+	if d.rpcBatch {
+		b = append(b, '[')
+	}
+	sep := false
+	for _, m := range d.rpc {
+		if m.id == "" {
+			continue
+		}
+		if sep {
+			b = append(b, ',')
+		}
+		sep = true
+		b = append(b, `{"jsonrpc":"2.0","id":`...)
+		b = append(b, m.id...)
+		if m.method == MCPToolsCall {
+			b = append(b, `,"result":{"content":[{"type":"text","text":`...)
+			b = appendJSONString(b, text)
+			b = append(b, `}],"structuredContent":`...)
+			b = d.appendDenyData(b)
+			b = append(b, `,"isError":true}}`...)
+			continue
+		}
+		b = append(b, `,"error":{"code":`...)
+		b = strconv.AppendInt(b, RPCCodeDenied, 10)
+		b = append(b, `,"message":`...)
+		b = appendJSONString(b, text)
+		b = append(b, `,"data":`...)
+		b = d.appendDenyData(b)
+		b = append(b, "}}"...)
+	}
+	if d.rpcBatch {
+		b = append(b, ']')
+	}
+	return b
+}
+
+// appendDenyData appends {"code","reason","audit_id"}, the inner object
+// of DenyBody.
+func (d *Decision) appendDenyData(b []byte) []byte {
+	b = append(b, `{"code":`...)
+	b = appendJSONString(b, d.Code())
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, d.Reason)
+	b = append(b, `,"audit_id":`...)
+	b = appendJSONString(b, d.AuditID)
+	return append(b, '}')
+}
+
+// mcpText says, for the model, why the call was refused and what to do.
+func (d *Decision) mcpText() string {
+	return "The gate refused this tool call (" + d.Reason + ", audit id " + d.AuditID + "); it did not run. " +
+		mcpAdvice(d.Reason)
+}
+
+// mcpAdvice is what the agent can do about a deny with this reason.
+func mcpAdvice(reason string) string {
+	layer, _, _ := strings.Cut(reason, ": ")
+	switch reason {
+	case preflight.ReasonPreflightRequired:
+		return "Declare the plan first: POST it to /v1/preflight, then call the tool again with the returned preflight_id in params._meta[\"" +
+			MetaPreflightID + "\"] (or the X-Autonomy-Preflight-Id header)."
+	case preflight.ReasonBindingMismatch:
+		return "The call differs from the preflighted plan (tool, caller or arguments): call exactly as preflighted, or preflight this call."
+	case preflight.ReasonExpired:
+		return "The preflight has expired: preflight the plan again and call with the new preflight_id."
+	case preflight.ReasonReplay:
+		return "Every step of this tool in the preflight has been used: preflight again for another call."
+	case reasonMalformedCall:
+		return "The request could not be read as one MCP tools/call: send JSON-RPC 2.0 with params.name, params.arguments as an object and at most one preflight id."
+	case reasonVerifierMissing:
+		return "The gate could not decide just now: try again later."
+	case "approval: pending":
+		return "The step waits for a person's approval: ask for it, and call again once it is approved."
+	case "approval: rejected":
+		return "A person rejected this step: do not call it; change the plan."
+	}
+	switch layer {
+	case "policy":
+		return "The operator's policy refuses this call: do not retry it unchanged."
+	case "clause":
+		return "The arguments break the tool's declared contract: change them, and preflight again."
+	case "approval":
+		return "The step needs a person's approval: ask for it, then call again."
+	}
+	return "Do not retry the call unchanged."
+}

@@ -1,0 +1,288 @@
+package binding_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
+	"github.com/contractrefine/autonomy/preflight"
+)
+
+// mcpPost is POST /mcp with a JSON-RPC body, as an MCP client sends it
+// over Streamable HTTP.
+func mcpPost(body string, headers map[string]string) *binding.Request {
+	h := map[string]string{"content-type": "application/json", "accept": "application/json, text/event-stream",
+		"mcp-session-id": "sess-1", "mcp-protocol-version": "2025-06-18"}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return &binding.Request{Method: http.MethodPost, Path: "/mcp", Headers: h, Body: []byte(body)}
+}
+
+// toolsCall is a tools/call body; meta, when not empty, is the preflight
+// id in params._meta.
+func toolsCall(id, name, args, meta string) string {
+	params := `{"name":` + mustJSON(name) + `,"arguments":` + args
+	if meta != "" {
+		params += `,"_meta":{"autonomy/preflight_id":` + mustJSON(meta) + `}`
+	}
+	return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":` + params + `}}`
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func mcpEnv(t *testing.T, mode binding.Mode) *env {
+	return newEnv(t, loadTestBundle(t), mode, func(o *binding.Options) {
+		o.Protocol, o.Path = binding.ProtocolMCP, "/mcp"
+	})
+}
+
+// toolResult is the JSON-RPC answer to a denied tools/call.
+type toolResult struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  *struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent map[string]string `json:"structuredContent"`
+		IsError           bool              `json:"isError"`
+	} `json:"result"`
+	Error *struct {
+		Code    int               `json:"code"`
+		Message string            `json:"message"`
+		Data    map[string]string `json:"data"`
+	} `json:"error"`
+}
+
+// mcpDeny checks that d is answered to the client as MCP asks and returns
+// the answers it holds.
+func mcpDeny(t *testing.T, d *binding.Decision, batch bool) []toolResult {
+	t.Helper()
+	status, body := d.ClientDeny()
+	if d.Allowed || status != http.StatusOK {
+		t.Fatalf("allowed %v, client status %d, want a deny answered 200: %s", d.Allowed, status, body)
+	}
+	var out []toolResult
+	if batch {
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatalf("batch answer %s: %v", body, err)
+		}
+	} else {
+		var one toolResult
+		if err := json.Unmarshal(body, &one); err != nil {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		out = append(out, one)
+	}
+	for _, r := range out {
+		want := map[string]string{"code": d.Code(), "reason": d.Reason, "audit_id": d.AuditID}
+		switch {
+		case r.JSONRPC != "2.0":
+			t.Errorf("answer %s: jsonrpc %q", body, r.JSONRPC)
+		case r.Result != nil:
+			if !r.Result.IsError || len(r.Result.Content) != 1 || r.Result.Content[0].Type != "text" ||
+				!strings.Contains(r.Result.Content[0].Text, d.Reason) || mustJSON(r.Result.StructuredContent) != mustJSON(want) {
+				t.Errorf("tool result %s, want isError, one text item naming %q, structuredContent %v", body, d.Reason, want)
+			}
+		case r.Error != nil:
+			if r.Error.Code != binding.RPCCodeDenied || mustJSON(r.Error.Data) != mustJSON(want) {
+				t.Errorf("error %s, want code %d and data %v", body, binding.RPCCodeDenied, want)
+			}
+		default:
+			t.Errorf("answer %s has neither result nor error", body)
+		}
+	}
+	return out
+}
+
+func TestMCPToolsCallLadder(t *testing.T) {
+	e := mcpEnv(t, binding.ModeEnforce)
+	b := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", map[string]any{"cmd": "uptime"}))
+
+	d := e.check(mcpPost(toolsCall(`7`, "tool.shell", `{"cmd":"uptime"}`, ""), nil))
+	if d.Reason != preflight.ReasonPreflightRequired {
+		t.Fatalf("no preflight: %+v", d)
+	}
+	r := mcpDeny(t, &d, false)
+	if string(r[0].ID) != "7" || r[0].Result == nil || !strings.Contains(r[0].Result.Content[0].Text, "/v1/preflight") {
+		t.Fatalf("deny without preflight: %+v", r[0])
+	}
+
+	d = e.check(mcpPost(toolsCall(`"a"`, "tool.shell", `{"cmd":"uptime"}`, b.PreflightID), map[string]string{binding.HeaderRequestID: "r1"}))
+	if !d.Allowed || d.StepID != "s1" || d.PreflightID != b.PreflightID || d.ToolKind != "tool.shell" {
+		t.Fatalf("preflighted call by _meta: %+v", d)
+	}
+	// Envoy's retry of the same request is the same allow.
+	if d = e.check(mcpPost(toolsCall(`"a"`, "tool.shell", `{"cmd":"uptime"}`, b.PreflightID), map[string]string{binding.HeaderRequestID: "r1"})); !d.Allowed {
+		t.Fatalf("retry: %+v", d)
+	}
+	d = e.check(mcpPost(toolsCall(`"b"`, "tool.shell", `{"cmd":"uptime"}`, b.PreflightID), map[string]string{binding.HeaderRequestID: "r2"}))
+	if d.Reason != preflight.ReasonReplay {
+		t.Fatalf("replay: %+v", d)
+	}
+	if r := mcpDeny(t, &d, false); string(r[0].ID) != `"b"` {
+		t.Fatalf("replay answers id %s", r[0].ID)
+	}
+
+	b2 := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil))
+	d = e.check(mcpPost(toolsCall(`1`, "tool.shell", `{}`, ""), withID(b2.PreflightID, "r3")))
+	if !d.Allowed || d.StepID != "s1" {
+		t.Fatalf("preflighted call by header: %+v", d)
+	}
+	frames := e.decisionFrames(b2.AuditID)
+	if len(frames) != 1 || frames[0].ToolKind != "tool.shell" || frames[0].Outcome != "allow" {
+		t.Fatalf("decision frames %+v", frames)
+	}
+}
+
+func TestMCPOtherMethodsPassTheLadder(t *testing.T) {
+	e := mcpEnv(t, binding.ModeEnforce)
+	bogus := map[string]string{binding.HeaderPreflightID: "not an id"}
+	for name, body := range map[string]string{
+		"initialize":   `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
+		"tools/list":   `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
+		"notification": `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		"response":     `{"jsonrpc":"2.0","id":"srv-1","result":{}}`,
+		"error answer": `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}`,
+		"batch":        `[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/progress"}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := e.check(mcpPost(body, bogus))
+			if !d.Allowed || d.Reason != "policy: allowed" || d.AdvisoryReason != "" || d.ToolKind != "" {
+				t.Fatalf("%s: %+v", body, d)
+			}
+		})
+	}
+}
+
+func TestMCPMalformed(t *testing.T) {
+	e := mcpEnv(t, binding.ModeAdvisory) // refused in every mode
+	b := e.record(preflight.OutcomePass, "", step("s1", "tool.echo", nil))
+	for name, tc := range map[string]struct {
+		body    string
+		headers map[string]string
+		// answered says the deny is a JSON-RPC answer to an id.
+		answered bool
+	}{
+		"empty":               {body: ``},
+		"not JSON":            {body: `{"jsonrpc":`},
+		"tool protocol body":  {body: `{"kind":"tool.echo","args":{}}`},
+		"old version":         {body: `{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"tool.echo"}}`},
+		"empty batch":         {body: `[]`},
+		"nested batch":        {body: `[[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]]`, answered: false},
+		"object id":           {body: `{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{"name":"tool.echo"}}`},
+		"null request id":     {body: `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`},
+		"method not a string": {body: `{"jsonrpc":"2.0","id":1,"method":5}`, answered: true},
+		"no params":           {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, answered: true},
+		"bad tool name":       {body: toolsCall("1", "tool echo", `{}`, ""), answered: true},
+		"long tool name":      {body: toolsCall("1", strings.Repeat("a", 129), `{}`, ""), answered: true},
+		"arguments array":     {body: toolsCall("1", "tool.echo", `[]`, ""), answered: true},
+		"meta id a number":    {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool.echo","_meta":{"autonomy/preflight_id":5}}}`, answered: true},
+		"two preflight ids": {body: toolsCall("1", "tool.echo", `{}`, b.PreflightID),
+			headers: map[string]string{binding.HeaderPreflightID: "pf_" + strings.Repeat("0", 20)}, answered: true},
+		"name spelt otherwise": {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"tool.echo"}}`, answered: true},
+		"duplicate name":       {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool.echo","name":"tool.shell"}}`},
+		"method twice":         {body: `{"jsonrpc":"2.0","id":1,"method":"tools/list","METHOD":"tools/call","params":{"name":"tool.shell"}}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := e.check(mcpPost(tc.body, tc.headers))
+			if d.Allowed || d.Reason != "gate: malformed_tool_call" {
+				t.Fatalf("%s: %+v", tc.body, d)
+			}
+			if tc.answered {
+				mcpDeny(t, &d, false)
+				return
+			}
+			if status, body := d.ClientDeny(); status != http.StatusForbidden || denyBody(t, body)["error"]["code"] != "malformed_tool_call" {
+				t.Fatalf("unanswerable deny: %d %s", status, body)
+			}
+		})
+	}
+}
+
+func TestMCPBatch(t *testing.T) {
+	e := mcpEnv(t, binding.ModeEnforce)
+	one := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil))
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	note := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}`
+
+	d := e.check(mcpPost(`[`+list+`,`+note+`,`+toolsCall("2", "tool.shell", `{}`, "")+`]`, nil))
+	if d.Reason != preflight.ReasonPreflightRequired {
+		t.Fatalf("batch with an unpreflighted call: %+v", d)
+	}
+	r := mcpDeny(t, &d, true)
+	if len(r) != 2 || string(r[0].ID) != "1" || r[0].Error == nil || string(r[1].ID) != "2" || r[1].Result == nil {
+		t.Fatalf("batch answer %+v", r)
+	}
+
+	// Two calls on a one-step preflight in one batch are two calls, not a
+	// retry of one: the second is a replay and the batch is denied whole.
+	call := toolsCall("3", "tool.shell", `{}`, one.PreflightID)
+	d = e.check(mcpPost(`[`+call+`,`+call+`]`, map[string]string{binding.HeaderRequestID: "rb"}))
+	if d.Reason != preflight.ReasonReplay {
+		t.Fatalf("two calls on one step: %+v", d)
+	}
+	mcpDeny(t, &d, true)
+
+	two := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil), step("s2", "tool.shell", nil))
+	call = toolsCall("4", "tool.shell", `{}`, two.PreflightID)
+	d = e.check(mcpPost(`[`+list+`,`+call+`,`+call+`]`, map[string]string{binding.HeaderRequestID: "rc"}))
+	if !d.Allowed || d.PreflightID != two.PreflightID || d.ToolKind != "tool.shell" {
+		t.Fatalf("two calls on two steps: %+v", d)
+	}
+	if frames := e.decisionFrames(two.AuditID); len(frames) != 2 || frames[0].RequestID != "rc/1" || frames[1].RequestID != "rc/2" {
+		t.Fatalf("frames %+v", frames)
+	}
+}
+
+func TestMCPAdvisory(t *testing.T) {
+	e := mcpEnv(t, binding.ModeAdvisory)
+	d := e.check(mcpPost(toolsCall("1", "tool.shell", `{}`, ""), nil))
+	if !d.Allowed || d.AdvisoryReason != preflight.ReasonPreflightRequired {
+		t.Fatalf("advisory: %+v", d)
+	}
+	d = e.check(mcpPost(toolsCall("1", "tool.blocked", `{}`, ""), nil))
+	if d.Reason != "policy: blocked_by_operator" {
+		t.Fatalf("policy deny in advisory: %+v", d)
+	}
+	mcpDeny(t, &d, false)
+}
+
+// TestMCPPolicyInput: the policy sees the JSON-RPC method as input.mcp.method.
+func TestMCPPolicyInput(t *testing.T) {
+	b := bundletest.Load(t, map[string]string{"policy.rego": `package autonomy
+
+import rego.v1
+
+allow if input.mcp.method != "tools/list"
+
+deny_reason := sprintf("no %s", [input.mcp.method])
+`, "data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}, nil)
+	for name, pol := range map[string]binding.Policy{"value input": b, "map input": mapOnly{b}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) { o.Protocol, o.Path = binding.ProtocolMCP, "/mcp" })
+			e.setPolicy(pol)
+			d := e.check(mcpPost(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil))
+			if d.Reason != "policy: no_tools_list" {
+				t.Fatalf("tools/list: %+v", d)
+			}
+			if r := mcpDeny(t, &d, false); r[0].Error == nil {
+				t.Fatalf("tools/list deny is not a JSON-RPC error: %+v", r)
+			}
+			if d = e.check(mcpPost(toolsCall("2", "tool.echo", `{}`, ""), nil)); !d.Allowed {
+				t.Fatalf("tools/call: %+v", d)
+			}
+		})
+	}
+}
+
+// mapOnly hides the bundle's AllowValue, so the gate takes its Go map path.
+type mapOnly struct{ binding.Policy }
