@@ -38,7 +38,7 @@ const (
 	MaxMCPBatch = 32
 	// RPCCodeDenied is the JSON-RPC error code of a denied request other
 	// than tools/call (a tools/call gets a tool result with isError).
-	RPCCodeDenied = -32001
+	RPCCodeDenied        = -32001
 	metaPreflightPointer = "/params/_meta/autonomy~1preflight_id"
 )
 
