@@ -294,8 +294,17 @@ func (d *Decision) Code() string {
 // spec's order: the bytes encoding/json writes for that shape (frame_test.go
 // compares them), without the reflection on every deny.
 func (d *Decision) DenyBody() []byte {
-	b := make([]byte, 0, 48+len(d.AuditID)+2*len(d.Reason))
-	b = append(b, `{"error":{"code":`...)
+	b := make([]byte, 0, 48+len(d.AuditID)+2*len(d.Reason)+len(d.Pointer))
+	b = append(b, `{"error":`...)
+	b = d.appendDenyData(b)
+	return append(b, '}')
+}
+
+// appendDenyData appends the deny's {"code","reason","audit_id"} (and
+// "path" when it has a Pointer): DenyBody's error, and an MCP deny's
+// structuredContent.
+func (d *Decision) appendDenyData(b []byte) []byte {
+	b = append(b, `{"code":`...)
 	b = appendJSONString(b, d.Code())
 	b = append(b, `,"reason":`...)
 	b = appendJSONString(b, d.Reason)
@@ -305,7 +314,7 @@ func (d *Decision) DenyBody() []byte {
 		b = append(b, `,"path":`...)
 		b = appendJSONString(b, d.Pointer)
 	}
-	return append(b, "}}"...)
+	return append(b, '}')
 }
 
 // appendJSONString appends s as encoding/json writes it. Printable ASCII
@@ -720,9 +729,6 @@ func pathOnly(p string) string {
 // readCall takes the tool kind and args from the JSON body, or the kind from
 // the configured header when the request has no body.
 func (g *Gate) readCall(c *call) error {
-	if g.o.Protocol == ProtocolMCP {
-		return g.readMCP(c)
-	}
 	if c.req.BodyErr != nil {
 		return c.req.BodyErr
 	}
@@ -732,6 +738,9 @@ func (g *Gate) readCall(c *call) error {
 	body := c.req.Body
 	if g.o.MaxBodyBytes > 0 && int64(len(body)) > g.o.MaxBodyBytes {
 		return errBodyTooLarge
+	}
+	if g.o.Protocol == ProtocolMCP {
+		return g.readMCP(c)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if g.o.KindHeader == "" {

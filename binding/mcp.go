@@ -50,14 +50,12 @@ type rpcMessage struct {
 	method string
 }
 
-// readMCP reads one JSON-RPC message from the body. A tools/call gives the
+// readMCP reads one JSON-RPC message from the body, once readCall has
+// refused a body it cannot have whole. A tools/call gives the
 // kind, the args and the preflight id; any other message leaves the call
 // ungated: the ladder passes it untouched and the policy still runs.
 func (g *Gate) readMCP(c *call) error {
 	c.rpcRead = true
-	if c.req.BodyErr != nil {
-		return c.req.BodyErr
-	}
 	body := c.req.Body
 	if err := canon.CheckText(body); err != nil {
 		return fmt.Errorf("body: %w", err)
@@ -168,6 +166,9 @@ func readToolCall(c *call, doc any) error {
 	if !isObj {
 		return fmt.Errorf("%w: arguments is not an object", errToolCallParams)
 	}
+	if err := exactNumbers(argsMap, "/params/arguments"); err != nil {
+		return err
+	}
 	meta, hasMeta, err := resolveExact(doc, "/params/_meta")
 	if err != nil {
 		return err
@@ -243,7 +244,10 @@ func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessag
 // batch the gate refuses as malformed (empty, too long, not JSON), which
 // readMCP then reads as the one message it is not.
 func (g *Gate) batchOf(r *Request) []json.RawMessage {
-	if g.o.Protocol != ProtocolMCP || r.batchItem || r.BodyErr != nil {
+	// A body over the limit is refused whole, as one message; a partial
+	// one is refused in each message, which keeps the header.
+	if g.o.Protocol != ProtocolMCP || r.batchItem || r.BodyErr != nil ||
+		(g.o.MaxBodyBytes > 0 && int64(len(r.Body)) > g.o.MaxBodyBytes) {
 		return nil
 	}
 	b := r.Body
@@ -357,18 +361,6 @@ func (d *Decision) MCPDenyBody() []byte {
 		b = append(b, ']')
 	}
 	return b
-}
-
-// appendDenyData appends {"code","reason","audit_id"}, the inner object
-// of DenyBody.
-func (d *Decision) appendDenyData(b []byte) []byte {
-	b = append(b, `{"code":`...)
-	b = appendJSONString(b, d.Code())
-	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, d.Reason)
-	b = append(b, `,"audit_id":`...)
-	b = appendJSONString(b, d.AuditID)
-	return append(b, '}')
 }
 
 // mcpText says, for the model, why the call was refused and what to do.

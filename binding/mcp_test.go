@@ -241,6 +241,12 @@ func TestMCPBatch(t *testing.T) {
 	if frames := e.decisionFrames(two.AuditID); len(frames) != 2 || frames[0].RequestID != "rc/1" || frames[1].RequestID != "rc/2" {
 		t.Fatalf("frames %+v", frames)
 	}
+
+	// A batch Envoy could not buffer whole is refused, whatever is in it.
+	d = e.check(mcpPost(`[`+list+`]`, map[string]string{"x-envoy-auth-partial-body": "true"}))
+	if d.Allowed || d.Reason != "gate: partial_body" {
+		t.Fatalf("partial batch: %+v", d)
+	}
 }
 
 func TestMCPAdvisory(t *testing.T) {
