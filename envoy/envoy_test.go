@@ -323,6 +323,9 @@ func TestEnvoyConfigs(t *testing.T) {
 		admin       string            // admin host:port
 		httpService bool              // ext_authz in http_service mode, else gRPC
 		endpoints   map[string]string // cluster → host:port or unix:/path
+		// gated and upstream are the checked route's path and cluster:
+		// "" means /v1/tool and toolruntime.
+		gated, upstream string
 	}
 	frontProxy := map[string]string{
 		"toolruntime":   "toolruntime:8080",
@@ -352,6 +355,15 @@ func TestEnvoyConfigs(t *testing.T) {
 				"toolruntime":   "toolruntime:8080",
 				"autonomy_http": "autonomy:8181",
 			}},
+		},
+		"envoy-mcp.yaml": {
+			load: func(t *testing.T) []byte { return readFile(t, "envoy-mcp.yaml") },
+			want: want{listener: "0.0.0.0:10000", admin: "127.0.0.1:9901", gated: "/mcp", upstream: "mcpserver",
+				endpoints: map[string]string{
+					"mcpserver":     "mcpserver:3000",
+					"autonomy_grpc": "autonomy:9191",
+					"autonomy_http": "autonomy:8181",
+				}},
 		},
 		"envoy-sidecar.yaml": {
 			load: func(t *testing.T) []byte { return readFile(t, "envoy-sidecar.yaml") },
@@ -396,7 +408,11 @@ func TestEnvoyConfigs(t *testing.T) {
 			}
 
 			checkAuthzFilter(t, c, w.httpService)
-			checkRoutes(t, c)
+			gated, upstream := w.gated, w.upstream
+			if gated == "" {
+				gated, upstream = "/v1/tool", "toolruntime"
+			}
+			checkRoutes(t, c, gated, upstream)
 			checkIdentityAndRequestID(t, c)
 		})
 	}
@@ -460,20 +476,20 @@ func checkAuthzFilter(t *testing.T, c envoyConfig, httpService bool) {
 	}
 }
 
-func checkRoutes(t *testing.T, c envoyConfig) {
+func checkRoutes(t *testing.T, c envoyConfig, gated, upstream string) {
 	t.Helper()
-	tool := c.routeTo("/v1/tool")
+	tool := c.routeTo(gated)
 	if tool == nil {
-		t.Fatal("no route for path /v1/tool")
+		t.Fatalf("no route for path %s", gated)
 	}
-	if tool.GetMatch().GetPath() != "/v1/tool" {
-		t.Error("/v1/tool must be an exact path match, so no longer path reaches the runtime")
+	if tool.GetMatch().GetPath() != gated {
+		t.Errorf("%s must be an exact path match, so no longer path reaches the upstream", gated)
 	}
-	if tool.GetRoute().GetCluster() != "toolruntime" {
-		t.Errorf("/v1/tool goes to %q, want toolruntime", tool.GetRoute().GetCluster())
+	if tool.GetRoute().GetCluster() != upstream {
+		t.Errorf("%s goes to %q, want %s", gated, tool.GetRoute().GetCluster(), upstream)
 	}
 	if authzDisabled(t, tool) {
-		t.Error("ext_authz is disabled on /v1/tool: tool calls would not be checked")
+		t.Errorf("ext_authz is disabled on %s: tool calls would not be checked", gated)
 	}
 	for _, prefix := range []string{"/v1/preflight", "/v1/audit/"} {
 		r := c.routeTo(prefix)
@@ -494,10 +510,10 @@ func checkRoutes(t *testing.T, c envoyConfig) {
 			t.Errorf("%s must disable ext_authz per route", prefix)
 		}
 	}
-	// Routes to the runtime all go through ext_authz: only /v1/tool may
-	// name the toolruntime cluster.
+	// Routes to the upstream all go through ext_authz: only the gated
+	// path may name its cluster.
 	for _, r := range c.routes {
-		if r.GetRoute().GetCluster() == "toolruntime" && r != tool {
+		if r.GetRoute().GetCluster() == upstream && r != tool {
 			t.Errorf("route %v also reaches toolruntime", r.GetMatch())
 		}
 	}

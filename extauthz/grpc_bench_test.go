@@ -49,8 +49,9 @@ func benchServe(b *testing.B, gate Checker) authv3.AuthorizationClient {
 }
 
 // benchGate is the real gate in enforce mode on a fsyncing WAL with the
-// embedded default bundle, and n recorded one-step tool.echo preflights.
-func benchGate(b *testing.B, n int) (*binding.Gate, []string) {
+// embedded default bundle, and n recorded one-step tool.echo preflights;
+// opts adjust the gate's options.
+func benchGate(b *testing.B, n int, opts ...func(*binding.Options)) (*binding.Gate, []string) {
 	b.Helper()
 	ctx := context.Background()
 	bun, err := bundle.Load(ctx, "", nil)
@@ -63,8 +64,12 @@ func benchGate(b *testing.B, n int) (*binding.Gate, []string) {
 	}
 	b.Cleanup(func() { db.Close() })
 	now := time.Now()
-	gate := binding.New(binding.Options{Store: db, Log: db, Policy: func() binding.Policy { return bun },
-		Mode: binding.ModeEnforce, NewID: ids.Audit, CacheSize: 1 << 20})
+	o := binding.Options{Store: db, Log: db, Policy: func() binding.Policy { return bun },
+		Mode: binding.ModeEnforce, NewID: ids.Audit, CacheSize: 1 << 20}
+	for _, f := range opts {
+		f(&o)
+	}
+	gate := binding.New(o)
 	req := &preflight.Request{Intent: preflight.Intent{Summary: "bench", PlanHash: "plan-1"},
 		Plan:    preflight.Plan{Steps: []preflight.Step{{ID: "s1", Kind: "tool.echo", Zone: "default", Args: map[string]any{"msg": "hi"}}}},
 		Context: preflight.Context{Actor: preflight.Actor{ID: "user:bench", SessionID: "s"}}}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/contractrefine/autonomy/cmd/toolruntime/tools"
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/mcpexample"
 	"github.com/contractrefine/autonomy/internal/server"
 )
 
@@ -43,6 +44,10 @@ type Options struct {
 	// role:payment-approver, for the approval steps (the in-process run
 	// makes its own); without one those steps are skipped on a target.
 	ApproverToken string
+	// MCP walks the story over MCP (gate.protocol: mcp) with the official
+	// Go SDK's client, in-process against the example MCP server, or
+	// against a Target whose front serves MCP at /mcp.
+	MCP bool
 }
 
 // Run walks the story and returns ErrMisbehaved if any step misbehaved.
@@ -56,7 +61,7 @@ func Run(ctx context.Context, o Options) error {
 	w := &walk{out: o.Out, client: o.Client, api: strings.TrimRight(o.Target, "/"), tool: strings.TrimRight(o.Target, "/"),
 		token: o.ApproverToken}
 	if o.Target == "" {
-		stop, err := w.startInProcess(ctx)
+		stop, err := w.startInProcess(ctx, o.MCP)
 		if err != nil {
 			return err
 		}
@@ -64,7 +69,11 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		fmt.Fprintf(w.out, "ContractRefine demo against %s (the replay and header-less calls are denied only if it runs in enforce mode)\n\n", o.Target)
 	}
-	w.story(ctx)
+	if o.MCP {
+		w.mcpStory(ctx)
+	} else {
+		w.story(ctx)
+	}
 	if w.failed > 0 {
 		fmt.Fprintf(w.out, "\n%d of %d steps misbehaved.\n", w.failed, w.steps)
 		return ErrMisbehaved
@@ -83,10 +92,10 @@ type walk struct {
 	token string
 }
 
-// startInProcess starts the example tool runtime, then the service in
-// enforce mode with the built-in gateway in front of the runtime, all on
-// loopback with a temporary data directory.
-func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
+// startInProcess starts the example tool runtime (or, with mcp, the example
+// MCP server), then the service in enforce mode with the built-in gateway
+// in front of it, all on loopback with a temporary data directory.
+func (w *walk) startInProcess(ctx context.Context, mcp bool) (stop func(), err error) {
 	dir, err := os.MkdirTemp("", "autonomy-demo-")
 	if err != nil {
 		return nil, err
@@ -96,7 +105,12 @@ func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	rt := &http.Server{Handler: tools.New(tools.Options{}), ReadHeaderTimeout: 5 * time.Second}
+	var upstream http.Handler = tools.New(tools.Options{})
+	what := "tool runtime"
+	if mcp {
+		upstream, what = mcpexample.New(mcpexample.Options{}), "MCP server"
+	}
+	rt := &http.Server{Handler: upstream, ReadHeaderTimeout: 5 * time.Second}
 	go rt.Serve(rtLn)
 
 	cfg := config.Default()
@@ -115,6 +129,9 @@ func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
 		rt.Close()
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	if mcp {
+		cfg.Gate.Protocol, cfg.Gate.Path = config.ProtocolMCP, mcpexample.Path
 	}
 	addrs := make(chan server.Addrs, 1)
 	srv, err := server.New(ctx, cfg, server.Options{
@@ -139,8 +156,8 @@ func (w *walk) startInProcess(ctx context.Context) (stop func(), err error) {
 	case a := <-addrs:
 		w.api, w.tool = "http://"+a.HTTP, "http://"+a.Gateway
 		fmt.Fprintf(w.out, "ContractRefine demo, in-process (enforce mode: the denials below are enforced;\n"+
-			"autonomy serve starts in advisory mode, which records them and lets the calls through):\n  service API  %s\n  ext_authz    grpc://%s\n  gateway      %s -> tool runtime %s\n  WAL          %s\n\n",
-			w.api, a.GRPC, w.tool, cfg.Upstream, dir)
+			"autonomy serve starts in advisory mode, which records them and lets the calls through):\n  gate         gate.protocol %s, gate.path %s\n  service API  %s\n  ext_authz    grpc://%s\n  gateway      %s -> %s %s\n  WAL          %s\n\n",
+			cfg.Gate.Protocol, cfg.Gate.Path, w.api, a.GRPC, w.tool, what, cfg.Upstream, dir)
 		return stop, nil
 	case err := <-done:
 		stop()
