@@ -166,3 +166,14 @@ func TestMCPThroughTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoMCP runs `autonomy demo contract-refine --mcp`: the story over
+// MCP, in-process, against the example MCP server.
+func TestDemoMCP(t *testing.T) {
+	t.Parallel()
+	res := RunAutonomy(t, "demo", "contract-refine", "--mcp")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "All 6 steps behaved.") ||
+		!strings.Contains(res.Stdout, "gate.protocol mcp") || !strings.Contains(res.Stdout, "contract: preflight_replay") {
+		t.Fatalf("demo --mcp exited %d:\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+}
