@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/contractrefine/autonomy/cmd/toolruntime/tools"
+	"github.com/contractrefine/autonomy/internal/toolruntime"
 )
 
 const (
@@ -70,7 +70,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	srv := &http.Server{
-		Handler:           tools.New(tools.Options{Logger: logger}),
+		Handler:           toolruntime.New(toolruntime.Options{Logger: logger}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

@@ -20,10 +20,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/contractrefine/autonomy/cmd/toolruntime/tools"
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/mcpexample"
 	"github.com/contractrefine/autonomy/internal/server"
+	"github.com/contractrefine/autonomy/internal/toolruntime"
 )
 
 // ErrMisbehaved reports that at least one step did not behave as the story
@@ -105,7 +105,7 @@ func (w *walk) startInProcess(ctx context.Context, mcp bool) (stop func(), err e
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	var upstream http.Handler = tools.New(tools.Options{})
+	var upstream http.Handler = toolruntime.New(toolruntime.Options{})
 	what := "tool runtime"
 	if mcp {
 		upstream, what = mcpexample.New(mcpexample.Options{}), "MCP server"

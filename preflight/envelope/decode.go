@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 const (
@@ -132,6 +134,7 @@ func (r *reader) value() (any, error) {
 
 func (r *reader) object() (map[string]any, error) {
 	obj := make(map[string]any)
+	var folded map[string]bool // canon.FoldKey of every name so far
 	for r.dec.More() {
 		tok, err := r.dec.Token()
 		if err != nil {
@@ -142,13 +145,25 @@ func (r *reader) object() (map[string]any, error) {
 			return nil, errMalformed
 		}
 		_, dup := obj[key]
+		f := canon.FoldKey(key)
 		r.path = append(r.path, escapeToken(key))
-		if dup {
+		switch {
+		case dup:
 			// Parsers disagree on which of two equal names wins, so an
 			// envelope that repeats one means different things to
 			// different readers; refuse it rather than pick.
 			r.fail(r.dec.InputOffset(), msgDuplicateMember)
+		case folded[f]:
+			// The same rule as the PreflightRequest's (preflight's
+			// decoder): a Go runtime matches names to fields without
+			// regard to case, so IdempotencyKey beside idempotencyKey is
+			// one field read twice.
+			r.fail(r.dec.InputOffset(), msgCaseOnlyMember)
 		}
+		if folded == nil {
+			folded = map[string]bool{}
+		}
+		folded[f] = true
 		v, err := r.value()
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ const (
 	msgNotObject       = "The request envelope must be a JSON object."
 	msgNumberRange     = "The number is outside the supported range."
 	msgDuplicateMember = "The member name appears more than once in its object."
+	msgCaseOnlyMember  = "The member name differs from another of its object only in letter case."
 	msgDeadlineBefore  = "deadlineUtc must not be earlier than timestampUtc."
 	msgTimestampFormat = "%s must be an RFC 3339 UTC timestamp ending in Z."
 	// msgApprovalAuthorities: mode always with requiredFor names approvals

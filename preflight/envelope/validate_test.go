@@ -526,6 +526,25 @@ func TestValidateDuplicateMember(t *testing.T) {
 	}
 }
 
+// TestValidateCaseOnlyMember: two names that differ only in letter case
+// are one field to a Go runtime, so the envelope is refused, as the
+// PreflightRequest decoder refuses such names.
+func TestValidateCaseOnlyMember(t *testing.T) {
+	raw := bytes.Replace(fixture(t, "high-risk.json"),
+		[]byte(`"riskLevel": "high",`),
+		[]byte(`"riskLevel": "high", "RiskLevel": "low",`), 1)
+	if bytes.Equal(raw, fixture(t, "high-risk.json")) {
+		t.Fatal("fixture did not change")
+	}
+	env, errs := Validate(raw)
+	if env != nil {
+		t.Errorf("envelope = %+v, want nil", env)
+	}
+	if got := paths(t, errs, CodeValidationFailed); !slices.Equal(got, []string{"/RiskLevel"}) {
+		t.Errorf("paths = %q, want [/RiskLevel]", got)
+	}
+}
+
 // member is one top-level member written in the order given, so tests can
 // control document order.
 type member struct {

@@ -1,4 +1,4 @@
-package tools_test
+package toolruntime_test
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/contractrefine/autonomy/cmd/toolruntime/tools"
+	"github.com/contractrefine/autonomy/internal/toolruntime"
 )
 
 // lockedBuffer lets the server goroutine write log lines while the test
@@ -48,11 +48,11 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-func newServer(t *testing.T, opts tools.Options) (*httptest.Server, *lockedBuffer) {
+func newServer(t *testing.T, opts toolruntime.Options) (*httptest.Server, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
-	srv := httptest.NewServer(tools.New(opts))
+	srv := httptest.NewServer(toolruntime.New(opts))
 	t.Cleanup(srv.Close)
 	return srv, logs
 }
@@ -142,17 +142,17 @@ func TestToolCalls(t *testing.T) {
 		"sleep over the limit": {
 			body:       `{"kind":"tool.sleep","args":{"ms":5001}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeInvalidArgs,
+			wantCode:   toolruntime.CodeInvalidArgs,
 		},
 		"sleep with a negative duration": {
 			body:       `{"kind":"tool.sleep","args":{"ms":-1}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeInvalidArgs,
+			wantCode:   toolruntime.CodeInvalidArgs,
 		},
 		"sleep with a string duration": {
 			body:       `{"kind":"tool.sleep","args":{"ms":"10"}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeInvalidArgs,
+			wantCode:   toolruntime.CodeInvalidArgs,
 		},
 		"customer read": {
 			body:       `{"kind":"customer.read.v3","args":{"caseRef":"case:882"}}`,
@@ -170,7 +170,7 @@ func TestToolCalls(t *testing.T) {
 		"customer read without a case": {
 			body:       `{"kind":"customer.read.v3","args":{}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeInvalidArgs,
+			wantCode:   toolruntime.CodeInvalidArgs,
 		},
 		"refund create": {
 			body:       `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":125}}`,
@@ -188,7 +188,7 @@ func TestToolCalls(t *testing.T) {
 		"refund of nothing": {
 			body:       `{"kind":"refund.create.v2","args":{"caseRef":"case:882","amountUsd":0}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeInvalidArgs,
+			wantCode:   toolruntime.CodeInvalidArgs,
 		},
 		"shell runs nothing": {
 			body:       `{"kind":"tool.shell","args":{"command":"rm -rf /"}}`,
@@ -202,40 +202,40 @@ func TestToolCalls(t *testing.T) {
 		"unknown kind": {
 			body:       `{"kind":"tool.nope","args":{}}`,
 			wantStatus: http.StatusNotFound,
-			wantCode:   tools.CodeUnknownTool,
+			wantCode:   toolruntime.CodeUnknownTool,
 		},
 		"not JSON": {
 			body:       `{"kind":`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 		"empty body": {
 			body:       ``,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 		"trailing data": {
 			body:       `{"kind":"tool.echo"} {}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 		"kind missing": {
 			body:       `{"args":{}}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 		"kind not a string": {
 			body:       `{"kind":7}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 		"args not an object": {
 			body:       `{"kind":"tool.echo","args":[1]}`,
 			wantStatus: http.StatusBadRequest,
-			wantCode:   tools.CodeMalformedRequest,
+			wantCode:   toolruntime.CodeMalformedRequest,
 		},
 	}
-	srv, _ := newServer(t, tools.Options{})
+	srv, _ := newServer(t, toolruntime.Options{})
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := post(t, srv, tc.body, nil)
@@ -254,7 +254,7 @@ func TestToolCalls(t *testing.T) {
 }
 
 func TestDeterministicIDs(t *testing.T) {
-	srv, _ := newServer(t, tools.Options{})
+	srv, _ := newServer(t, toolruntime.Options{})
 	receipt := func(args string) string {
 		b := post(t, srv, `{"kind":"refund.create.v2","args":`+args+`}`, nil).body
 		r, _ := b["receipt"].(map[string]any)
@@ -298,7 +298,7 @@ func TestDeterministicIDs(t *testing.T) {
 }
 
 func TestLogLine(t *testing.T) {
-	srv, logs := newServer(t, tools.Options{})
+	srv, logs := newServer(t, toolruntime.Options{})
 	header := map[string]string{
 		"X-Autonomy-Audit-Id":        "au_audit0123456789",
 		"X-Request-Id":               "req-42",
@@ -342,7 +342,7 @@ func TestLogLine(t *testing.T) {
 }
 
 func TestOtherRequests(t *testing.T) {
-	srv, logs := newServer(t, tools.Options{MaxBodyBytes: 64})
+	srv, logs := newServer(t, toolruntime.Options{MaxBodyBytes: 64})
 	tests := map[string]struct {
 		method, path, body string
 		kindHeader         string
@@ -352,12 +352,12 @@ func TestOtherRequests(t *testing.T) {
 	}{
 		"GET /v1/tool": {
 			method: http.MethodGet, path: "/v1/tool",
-			wantStatus: http.StatusMethodNotAllowed, wantCode: tools.CodeMethodNotAllowed, wantLogged: true,
+			wantStatus: http.StatusMethodNotAllowed, wantCode: toolruntime.CodeMethodNotAllowed, wantLogged: true,
 		},
 		"body over the limit": {
 			method: http.MethodPost, path: "/v1/tool",
 			body:       `{"kind":"tool.echo","args":{"pad":"` + strings.Repeat("x", 64) + `"}}`,
-			wantStatus: http.StatusRequestEntityTooLarge, wantCode: tools.CodeRequestTooLarge, wantLogged: true,
+			wantStatus: http.StatusRequestEntityTooLarge, wantCode: toolruntime.CodeRequestTooLarge, wantLogged: true,
 		},
 		"health": {
 			method: http.MethodGet, path: "/healthz",
@@ -368,7 +368,7 @@ func TestOtherRequests(t *testing.T) {
 		"kind header and body disagree": {
 			method: http.MethodPost, path: "/v1/tool", kindHeader: "tool.echo",
 			body:       `{"kind":"tool.shell","args":{}}`,
-			wantStatus: http.StatusBadRequest, wantCode: tools.CodeKindMismatch, wantLogged: true,
+			wantStatus: http.StatusBadRequest, wantCode: toolruntime.CodeKindMismatch, wantLogged: true,
 		},
 		"kind header and body agree": {
 			method: http.MethodPost, path: "/v1/tool", kindHeader: "tool.echo",
@@ -384,7 +384,7 @@ func TestOtherRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.kindHeader != "" {
-				req.Header.Set(tools.HeaderToolKind, tc.kindHeader)
+				req.Header.Set(toolruntime.HeaderToolKind, tc.kindHeader)
 			}
 			got := do(t, srv, req)
 			if got.status != tc.wantStatus {
@@ -405,7 +405,7 @@ func TestOtherRequests(t *testing.T) {
 // call is logged with the 499 status of a client that went away.
 func TestSleepHonoursContext(t *testing.T) {
 	logs := &lockedBuffer{}
-	h := tools.New(tools.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h := toolruntime.New(toolruntime.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/tool",
@@ -424,7 +424,7 @@ func TestSleepHonoursContext(t *testing.T) {
 
 func TestKinds(t *testing.T) {
 	want := []string{"customer.read.v3", "payment.send.v1", "refund.create.v2", "tool.echo", "tool.shell", "tool.sleep"}
-	if got := tools.New(tools.Options{}).Kinds(); !slices.Equal(got, want) {
+	if got := toolruntime.New(toolruntime.Options{}).Kinds(); !slices.Equal(got, want) {
 		t.Errorf("Kinds() = %v, want %v", got, want)
 	}
 }

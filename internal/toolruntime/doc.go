@@ -1,4 +1,4 @@
-// Package tools is the example tool runtime that ContractRefine guards: an
+// Package toolruntime is the example tool runtime that ContractRefine guards: an
 // HTTP handler serving POST /v1/tool for a handful of harmless tools.
 //
 // It stands in for an operator's existing runtime in the Docker Compose and
@@ -10,4 +10,4 @@
 //
 // A request body is {"kind": "<tool kind>", "args": {...}}; the answer is the
 // tool's result as JSON, or {"error": {"code": "...", "message": "..."}}.
-package tools
+package toolruntime
