@@ -105,6 +105,24 @@ type GRPC struct {
 	// and similar clients can call the Check without a protoset. Off by
 	// default: it tells any client that reaches the port what it serves.
 	Reflection bool `yaml:"reflection"`
+	// MaxConcurrentStreams bounds the streams of one connection.
+	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// MaxConnections bounds the connections open at once; more wait in
+	// the listen backlog.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxBytesInFlight bounds the request messages being received at once:
+	// each stream reserves the largest message the listener takes
+	// (http.max_body_bytes + 1 MiB) from its headers until its message is
+	// in; a stream past the budget is refused with RESOURCE_EXHAUSTED.
+	MaxBytesInFlight int64 `yaml:"max_bytes_in_flight"`
+	// ReceiveTimeout bounds how long a stream may take to send its request
+	// message; one still sending then is cancelled.
+	ReceiveTimeout time.Duration `yaml:"receive_timeout"`
+	// KeepaliveMinTime is the shortest interval between client pings the
+	// listener accepts; a client pinging more often is disconnected.
+	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
+	// MaxConnectionIdle closes a connection with no stream for that long.
+	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
 }
 
 // Gate protocols (gate.protocol, SPEC §14).
@@ -248,6 +266,8 @@ func Default() Config {
 		},
 		HTTP: HTTP{MaxBodyBytes: 1 << 20, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
+		GRPC: GRPC{MaxConcurrentStreams: 100, MaxConnections: 256, MaxBytesInFlight: 256 << 20,
+			ReceiveTimeout: 10 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute},
 		Gate:      Gate{Protocol: ProtocolTool, Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
 		WAL:       WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
 		Log:       Log{Level: "info", Decisions: true},
@@ -297,7 +317,8 @@ var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
 
 // integerKeys are the keys whose values are whole numbers.
 var integerKeys = []string{"contract_refine.max_repair_attempts", "contract_refine.binding_cache_size",
-	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit", "approvals.webhook_retries"}
+	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit", "approvals.webhook_retries",
+	"grpc.max_concurrent_streams", "grpc.max_connections", "grpc.max_bytes_in_flight"}
 
 // notInPath reports a character gate.path cannot hold.
 func notInPath(r rune) bool { return r == '?' || r == '#' || r <= ' ' || r == 0x7f }
@@ -372,6 +393,16 @@ func (c *Config) Validate() error {
 	if c.HTTP.MaxHeaderBytes <= 0 {
 		bad("http.max_header_bytes", "must be positive, got %d", c.HTTP.MaxHeaderBytes)
 	}
+	if c.GRPC.MaxConcurrentStreams == 0 {
+		bad("grpc.max_concurrent_streams", "must be positive, got 0")
+	}
+	if c.GRPC.MaxConnections <= 0 {
+		bad("grpc.max_connections", "must be positive, got %d", c.GRPC.MaxConnections)
+	}
+	if c.GRPC.MaxBytesInFlight < c.HTTP.MaxBodyBytes+1<<20 {
+		bad("grpc.max_bytes_in_flight", "must be at least one message (http.max_body_bytes + 1 MiB = %d), got %d",
+			c.HTTP.MaxBodyBytes+1<<20, c.GRPC.MaxBytesInFlight)
+	}
 	// Keys are checked in a fixed order (slices, not maps), so the joined
 	// error text is the same on every run.
 	for _, kd := range []struct {
@@ -380,7 +411,9 @@ func (c *Config) Validate() error {
 	}{{"http.read_header_timeout", c.HTTP.ReadHeaderTimeout},
 		{"http.read_timeout", c.HTTP.ReadTimeout}, {"http.write_timeout", c.HTTP.WriteTimeout},
 		{"http.idle_timeout", c.HTTP.IdleTimeout}, {"policy.timeout", c.Policy.Timeout},
-		{"wal.retention", c.WAL.Retention}, {"wal.compaction_interval", c.WAL.CompactionInterval}} {
+		{"wal.retention", c.WAL.Retention}, {"wal.compaction_interval", c.WAL.CompactionInterval},
+		{"grpc.receive_timeout", c.GRPC.ReceiveTimeout}, {"grpc.keepalive_min_time", c.GRPC.KeepaliveMinTime},
+		{"grpc.max_connection_idle", c.GRPC.MaxConnectionIdle}} {
 		if kd.d <= 0 {
 			bad(kd.key, "must be positive, got %s", kd.d)
 		}

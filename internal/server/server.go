@@ -231,6 +231,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	// then is closed, as the HTTP listener closes one that has not sent its
 	// request head (grpc's own default holds it for 120 s).
 	opts = append(opts, grpc.ConnectionTimeout(cfg.HTTP.ReadHeaderTimeout))
+	opts = append(opts, grpcLimitOptions(&cfg)...)
 	// Check responses are marshalled by go-control-plane's generated code.
 	opts = append(opts, extauthz.CodecOption())
 	s.grpc = grpc.NewServer(opts...)
@@ -474,7 +475,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(s.sec.wrapHTTP(listeners[i])) }()
 	}
-	go func() { errc <- s.grpc.Serve(grpcLn) }()
+	go func() { errc <- s.grpc.Serve(limitConnections(grpcLn, &s.cfg)) }()
 	s.log.Info("listening", attrs...)
 	if note := modeNote(s.cfg.ContractRefine.Mode); note != "" {
 		s.log.Warn(note, "mode", string(s.cfg.ContractRefine.Mode))
