@@ -129,12 +129,6 @@
 // for its two fdatasyncs, and a lone writer still pays exactly one commit,
 // with no timer (measured in docs/PERFORMANCE.md).
 //
-// The loop also keeps the 1 to 4 MiB past the file's high-water mark
-// written with zeros (ahead.go), so a commit's new pages overwrite blocks
-// that exist rather than fill a hole, whose fdatasync would also write the
-// file system's allocation metadata. The zeros lie in pages bbolt has not
-// allocated; the file is that much longer than bbolt alone would make it.
-//
 // # Retention
 //
 // Compact removes a prefix of the log: frames older than a cut-off, up to

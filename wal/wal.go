@@ -133,12 +133,6 @@ type DB struct {
 	// claims holds the idempotency keys and repair sessions being decided
 	// (claims.go).
 	claims claims
-
-	// ahead is the file opened again for zeroAhead (ahead.go), nil when
-	// not writing ahead; zeroedTo is how far it has written zeros. Only the
-	// commit loop uses them.
-	ahead    *os.File
-	zeroedTo int64
 }
 
 type chainPoint struct {
@@ -208,9 +202,6 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db.ino, _ = statID(path)
-	if !o.NoSync {
-		db.ahead = openAhead(path)
-	}
 	go db.loop()
 	if o.VerifyOnOpen {
 		db.startVerify()
@@ -239,9 +230,6 @@ func (db *DB) Close() error {
 	}
 	close(db.stop)
 	<-db.done
-	if db.ahead != nil {
-		db.ahead.Close()
-	}
 	if db.poisoned.Load() {
 		return fmt.Errorf("%w: %s: closed without releasing the damaged file", ErrCorrupt, db.path)
 	}
@@ -334,7 +322,6 @@ func (db *DB) commit(batch []*write) {
 		err := db.checkFile()
 		if err == nil {
 			err = db.update(func(btx *bolt.Tx) error {
-				db.zeroAhead(btx.Size())
 				// Frames are keyed by a growing seq, so pages are filled to the
 				// brim instead of being split in half (bbolt's default suits
 				// random inserts and would leave the log half empty).
