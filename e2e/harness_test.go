@@ -25,6 +25,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 )
 
 // Timeouts of the harness. They bound waits for a process that never comes
@@ -43,6 +45,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The etcd members some tests kill run as this binary (internal/etcdtest).
+	etcdtest.RunMemberIfAsked()
 	dir, err := os.MkdirTemp("", "autonomy-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -61,7 +61,10 @@ func (s *Store) withLease(ctx context.Context, write func(clientv3.LeaseID) erro
 	for try := 0; ; try++ {
 		lctx, cancel := s.opCtx(ctx)
 		id, err := s.leases.current(lctx, s.now())
-		err = s.seen(lctx, err)
+		if err != nil {
+			// Only a grant reaches etcd: a cached lease says nothing of it.
+			err = s.seen(lctx, err)
+		}
 		cancel()
 		if err != nil {
 			return err

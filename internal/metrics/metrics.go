@@ -81,6 +81,7 @@ type Metrics struct {
 	bundleInfo         *prometheus.GaugeVec
 	bundleReloads      *prometheus.CounterVec
 	approvals          approvalMetrics
+	store              storeMetrics
 
 	reasons  labelSet
 	codes    labelSet
@@ -195,6 +196,7 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
 		m.walCommitErrors, m.walVerified, m.walVerifyBadSeq, m.walVerifySeconds, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
 	cs = append(cs, m.approvals.init(o)...)
+	cs = append(cs, m.store.init()...)
 	if o.WALPath != "" {
 		path := o.WALPath
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

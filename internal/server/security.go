@@ -43,7 +43,10 @@ func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code stri
 // CheckSecurity reads the TLS material and the tokens file the way New
 // does, for check-config.
 func CheckSecurity(cfg *config.Config) error {
-	_, err := loadSecurity(cfg, nil, nil)
+	if _, err := loadSecurity(cfg, nil, nil); err != nil {
+		return err
+	}
+	_, err := etcdTLS(cfg)
 	return err
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/contractrefine/autonomy/extauthz"
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/etcdstore"
 	"github.com/contractrefine/autonomy/internal/explain"
 	"github.com/contractrefine/autonomy/internal/gateway"
 	"github.com/contractrefine/autonomy/internal/httpapi"
@@ -77,6 +78,7 @@ type Server struct {
 	log    *slog.Logger
 	now    func() time.Time
 	db     *wal.DB
+	etcd   *etcdstore.Store // the shared store; nil on bbolt
 	bundle atomic.Pointer[bundle.Bundle]
 	gate   *binding.Gate
 	api    *httpapi.API
@@ -115,9 +117,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.StoreBackend() != config.BackendBBolt {
-		return nil, fmt.Errorf("store.backend %s: this build serves the bbolt backend only", cfg.StoreBackend())
-	}
 	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening, lns: o.Listeners}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -152,7 +151,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		s.log.Warn("clause not enforced", "note", note)
 	}
 	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log, OnCommit: s.obs.metrics.WALCommit,
-		VerifyOnOpen: true, OnVerify: s.obs.metrics.WALVerify})
+		VerifyOnOpen: true, OnVerify: s.obs.metrics.WALVerify, Replica: walReplica(&cfg)})
 	if err != nil {
 		return nil, err
 	}
@@ -162,11 +161,23 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 			db.Close()
 		}
 	}()
+	var store stateStore = db
+	if cfg.StoreBackend() == config.BackendEtcd {
+		if s.etcd, err = s.openShared(ctx, db); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.etcd.Close()
+			}
+		}()
+		store = s.etcd
+	}
 
 	mode := binding.Mode(cfg.ContractRefine.Mode)
 	s.gate = binding.New(binding.Options{
-		Store:            db,
-		Log:              db,
+		Store:            store,
+		Log:              store,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
 		Mode:             mode,
 		Protocol:         binding.Protocol(cfg.Gate.Protocol),
@@ -186,12 +197,12 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Observer:         s.obs.metrics,
 	})
 	s.checker = s.obs.tracing.Checker(s.gate)
-	verifier := preflight.NewVerifier(preflight.Options{Chain: db, BindingWindow: cfg.ContractRefine.BindingWindow,
+	verifier := preflight.NewVerifier(preflight.Options{Chain: store, BindingWindow: cfg.ContractRefine.BindingWindow,
 		Offline: cfg.ContractRefine.Offline, Now: s.now, Kinds: kindRule(&cfg)})
 	s.api = httpapi.New(httpapi.Options{
 		Submit: submit.New(submit.Options{
 			Verifier:           verifier,
-			Store:              db,
+			Store:              store,
 			Bundle:             func() submit.Bundle { return s.bundle.Load() },
 			Disabled:           mode == binding.ModeDisabled,
 			BindingWindow:      cfg.ContractRefine.BindingWindow,
@@ -206,14 +217,15 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 			Observer:           s.obs.metrics,
 			ApprovalsRequested: s.startNotifier(),
 		}),
-		Store:        db,
-		Log:          db,
+		Store:        store,
+		Log:          store,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Logger:       s.log,
 		Access:       s.sec.access,
 		Observer:     s.obs.metrics,
 		Approvers:    s.sec.access,
 		Now:          s.now,
+		Replica:      walReplica(&cfg),
 	})
 	s.health = health.NewServer()
 	opts := append(s.sec.grpcOptions(), s.obs.grpcOptions()...)
@@ -359,6 +371,10 @@ func (s *Server) probe(ctx context.Context) error {
 		err = derr
 	} else if perr := s.db.Probe(ctx); perr != nil {
 		err = fmt.Errorf("wal cannot write: %w", perr)
+	} else if s.etcd != nil {
+		if eerr := s.etcd.Probe(ctx); eerr != nil {
+			err = fmt.Errorf("etcd: %w", eerr)
+		}
 	}
 	was := s.ready.Swap(err == nil)
 	status := healthpb.HealthCheckResponse_SERVING
@@ -514,6 +530,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.gate.Close()
 	s.stopNotifier()
 	s.shutdownTracing()
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
 	if err := s.db.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -548,6 +567,9 @@ func (s *Server) Close() error {
 	}
 	s.stopNotifier()
 	s.shutdownTracing()
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
 	return s.db.Close()
 }
 

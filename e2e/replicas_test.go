@@ -1,0 +1,237 @@
+package e2e
+
+// Several `autonomy serve` processes sharing one etcd (SPEC §11): a
+// preflight on one replica binds on every other, a step is consumed once
+// across all of them, a replica's death loses nothing it acknowledged, and
+// every replica fails closed while etcd cannot answer.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/contractrefine/autonomy/internal/etcdtest"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// replica is one serve process of a shared-store deployment.
+type replica struct {
+	*Server
+	name  string
+	authz authv3.AuthorizationClient
+}
+
+// startReplicas starts n replicas in enforce mode on the endpoints, named
+// replica-a, replica-b, …
+func startReplicas(t *testing.T, endpoints []string, n int, extra ...string) []*replica {
+	t.Helper()
+	cfg := writeFile(t, "replicas.yaml", "contract_refine:\n  mode: enforce\nstore:\n  etcd:\n    request_timeout: 1s\n    dial_timeout: 1s\n")
+	out := make([]*replica, n)
+	for i := range out {
+		name := fmt.Sprintf("replica-%c", 'a'+i)
+		args := append([]string{"--etcd-endpoints", strings.Join(endpoints, ","), "--replica-id", name}, extra...)
+		s := StartServer(t, ServeOptions{Config: cfg, Args: args})
+		out[i] = &replica{Server: s, name: name, authz: s.Authz(t)}
+	}
+	return out
+}
+
+// getBody GETs a URL and returns the status and the body.
+func getBody(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// preflightOn posts a passing preflight to r and returns the decision and
+// the body exactly as answered.
+func preflightOn(t *testing.T, r *replica, session string) (decision, []byte) {
+	t.Helper()
+	status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight(session))
+	var d decision
+	if err := json.Unmarshal(body, &d); err != nil || status != http.StatusOK || d.Outcome != "pass" {
+		t.Fatalf("preflight on %s: %d %s (%v)", r.name, status, body, err)
+	}
+	return d, body
+}
+
+// frameReplicas lists, per frame of an audit join, kind@replica.
+func frameReplicas(frames []wal.Frame) []string {
+	var out []string
+	for _, f := range frames {
+		var rep string
+		f.Attr("replica", &rep)
+		out = append(out, f.Kind+"@"+rep)
+	}
+	return out
+}
+
+func TestReplicasShareOneStore(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	rs := startReplicas(t, c.Endpoints(), 3)
+	a, b, cc := rs[0], rs[1], rs[2]
+
+	// Preflight on A, consume on B, replay on C, the retry of B's request on C.
+	d, body := preflightOn(t, a, "session:replicas-1")
+	for _, r := range rs {
+		status, got := getBody(t, r.URL("/v1/preflight/"+d.PreflightID))
+		if status != http.StatusOK || !bytes.Equal(got, body) {
+			t.Fatalf("GET /v1/preflight on %s: %d\n%s\nwant the bytes A answered\n%s", r.name, status, got, body)
+		}
+	}
+	wantAllow(t, checkEcho(t, b.authz, d.PreflightID, "req-b"), d.AuditID)
+	wantDeny(t, checkEcho(t, cc.authz, d.PreflightID, "req-c"), codes.PermissionDenied, 403, "contract: preflight_replay")
+	wantDeny(t, checkEcho(t, a.authz, d.PreflightID, "req-a"), codes.PermissionDenied, 403, "contract: preflight_replay")
+	wantAllow(t, checkEcho(t, cc.authz, d.PreflightID, "req-b"), d.AuditID)
+
+	// The audit join is the same on every replica and names each writer.
+	_, joinA := getBody(t, a.URL("/v1/audit/"+d.AuditID))
+	for _, r := range rs[1:] {
+		if _, got := getBody(t, r.URL("/v1/audit/"+d.AuditID)); !bytes.Equal(got, joinA) {
+			t.Fatalf("audit join on %s differs from A's:\n%s\n%s", r.name, got, joinA)
+		}
+	}
+	got := strings.Join(frameReplicas(auditFrames(t, a.Server, d.AuditID)), " ")
+	want := "autonomy.preflight@replica-a autonomy.decision@replica-b autonomy.decision@replica-c autonomy.decision@replica-a autonomy.decision@replica-c"
+	if got != want {
+		t.Fatalf("audit join frames:\n%s\nwant\n%s", got, want)
+	}
+
+	// 64 concurrent Checks on one id spread over the three: one allow.
+	for round := range 3 {
+		d, _ := preflightOn(t, rs[round%3], fmt.Sprintf("session:replicas-race-%d", round))
+		const n = 64
+		var allows, replays, other atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				resp, err := rs[i%3].authz.Check(t.Context(), ToolCheck("tool.echo", map[string]any{"msg": "hi"},
+					fmt.Sprintf("req-race-%d-%d", round, i), map[string]string{"x-autonomy-preflight-id": d.PreflightID}))
+				switch {
+				case err != nil:
+					other.Add(1)
+				case codes.Code(resp.GetStatus().GetCode()) == codes.OK:
+					allows.Add(1)
+				case strings.Contains(resp.GetDeniedResponse().GetBody(), "preflight_replay"):
+					replays.Add(1)
+				default:
+					other.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if allows.Load() != 1 || replays.Load() != n-1 {
+			t.Fatalf("round %d: %d concurrent checks over 3 replicas: %d allowed, %d replays, %d other; want 1 and %d",
+				round, n, allows.Load(), replays.Load(), other.Load(), n-1)
+		}
+	}
+
+	// kill -9 of the replica that answered a preflight: the others still
+	// consume it once and serve its decision and its frames.
+	d2, body2 := preflightOn(t, a, "session:replicas-kill")
+	a.Kill()
+	wantAllow(t, checkEcho(t, b.authz, d2.PreflightID, "req-after-kill"), d2.AuditID)
+	wantDeny(t, checkEcho(t, cc.authz, d2.PreflightID, "req-after-kill-2"), codes.PermissionDenied, 403, "contract: preflight_replay")
+	for _, r := range rs[1:] {
+		if status, got := getBody(t, r.URL("/v1/preflight/"+d2.PreflightID)); status != http.StatusOK || !bytes.Equal(got, body2) {
+			t.Fatalf("GET /v1/preflight on %s after A's kill: %d %s", r.name, status, got)
+		}
+		kinds := frameReplicas(auditFrames(t, r.Server, d2.AuditID))
+		if len(kinds) != 3 || kinds[0] != "autonomy.preflight@replica-a" {
+			t.Fatalf("audit join on %s after A's kill: %v, want A's preflight and two decisions", r.name, kinds)
+		}
+	}
+	for _, r := range rs {
+		if r != a {
+			r.Stop()
+		}
+		if res := RunAutonomy(t, "wal", "verify", "--data-dir", r.DataDir); res.Code != 0 {
+			t.Fatalf("wal verify of %s: exit %d\n%s%s", r.name, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+}
+
+// TestReplicasFailClosedWhileEtcdDown: with etcd stopped every answer that
+// needs it is a 503, /readyz says so, one log line marks the change; once
+// etcd is back the replica serves again by itself.
+func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	r := startReplicas(t, c.Endpoints(), 1)[0]
+	d, _ := preflightOn(t, r, "session:etcd-down")
+	// The binding is cached now; the consume still needs etcd.
+	wantDeny(t, checkEcho(t, r.authz, d.PreflightID+"x", "req-unknown"), codes.PermissionDenied, 403, "contract: preflight_required")
+
+	c.Members[0].Stop()
+	wantDeny(t, checkEcho(t, r.authz, d.PreflightID, "req-down"), codes.PermissionDenied, 503, "contract: verifier_unavailable")
+	status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight("session:etcd-down-2"))
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "verifier-unavailable") {
+		t.Fatalf("preflight with etcd down: %d %s, want 503 verifier-unavailable", status, body)
+	}
+	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with etcd down: %d %s", status, body)
+	}
+	if n := len(r.LogLines("etcd unavailable; denying until it answers")); n != 1 {
+		t.Fatalf("%d log lines for etcd becoming unavailable, want 1:\n%s", n, r.Logs())
+	}
+	_, metrics := getBody(t, r.URL("/metrics"))
+	if !strings.Contains(string(metrics), "autonomy_store_available 0") {
+		t.Fatalf("autonomy_store_available is not 0 with etcd down")
+	}
+
+	if err := c.Members[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if status, _ := getBody(t, r.URL("/readyz")); status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 30s of etcd's return:\n%s", r.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantAllow(t, checkEcho(t, r.authz, d.PreflightID, "req-back"), d.AuditID)
+	if n := len(r.LogLines("etcd available again")); n != 1 {
+		t.Fatalf("%d log lines for etcd's return, want 1", n)
+	}
+}
+
+// TestReplicasOnEtcdBinary runs two replicas against an etcd server
+// started from its own binary (Debian's etcd-server is 3.4).
+func TestReplicasOnEtcdBinary(t *testing.T) {
+	bin := NeedProgram(t, "etcd", "the etcd server binary (Debian package etcd-server)")
+	c := etcdtest.StartT(t, etcdtest.Options{Kind: etcdtest.Binary, BinaryPath: bin})
+	rs := startReplicas(t, c.Endpoints(), 2)
+	d, body := preflightOn(t, rs[0], "session:etcd-binary")
+	if status, got := getBody(t, rs[1].URL("/v1/preflight/"+d.PreflightID)); status != http.StatusOK || !bytes.Equal(got, body) {
+		t.Fatalf("GET /v1/preflight on the other replica: %d %s", status, got)
+	}
+	wantAllow(t, checkEcho(t, rs[1].authz, d.PreflightID, "req-1"), d.AuditID)
+	wantDeny(t, checkEcho(t, rs[0].authz, d.PreflightID, "req-2"), codes.PermissionDenied, 403, "contract: preflight_replay")
+	wantAllow(t, checkEcho(t, rs[0].authz, d.PreflightID, "req-1"), d.AuditID)
+	if kinds := frameReplicas(auditFrames(t, rs[0].Server, d.AuditID)); len(kinds) != 4 {
+		t.Fatalf("audit join: %v, want the preflight and three decisions", kinds)
+	}
+}
