@@ -20,6 +20,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -233,5 +235,33 @@ func TestReplicasOnEtcdBinary(t *testing.T) {
 	wantAllow(t, checkEcho(t, rs[0].authz, d.PreflightID, "req-1"), d.AuditID)
 	if kinds := frameReplicas(auditFrames(t, rs[0].Server, d.AuditID)); len(kinds) != 4 {
 		t.Fatalf("audit join: %v, want the preflight and three decisions", kinds)
+	}
+}
+
+// TestReplicasEtcdBytes measures what one preflight and its consume leave
+// in etcd, key by key (docs/DEPLOY.md's capacity arithmetic uses it).
+func TestReplicasEtcdBytes(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	r := startReplicas(t, c.Endpoints(), 1)[0]
+	d, _ := preflightOn(t, r, "session:etcd-bytes")
+	wantAllow(t, checkEcho(t, r.authz, d.PreflightID, "req-1"), d.AuditID)
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(t.Context(), "/contractrefine/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, kv := range resp.Kvs {
+		n := len(kv.Key) + len(kv.Value)
+		total += n
+		t.Logf("%6d bytes  %s", n, kv.Key)
+	}
+	t.Logf("%d keys, %d bytes of keys and values for one one-step preflight and its consume", len(resp.Kvs), total)
+	if len(resp.Kvs) < 5 || total > 16<<10 {
+		t.Fatalf("%d keys, %d bytes: want the binding, outcome, marker and frame copies in under 16 KiB", len(resp.Kvs), total)
 	}
 }
