@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/contractrefine/autonomy/internal/display"
 	"github.com/contractrefine/autonomy/wal"
@@ -24,10 +27,15 @@ const (
 // pathPrefix is Pattern's fixed part, for a handler mounted without it.
 const pathPrefix = "/ui/audit/"
 
-// Store reads the audit join; *wal.DB implements it.
+// Store reads the audit join and the approvals; *wal.DB implements it.
 type Store interface {
-	AuditFrames(ctx context.Context, auditID string) ([]wal.Frame, error)
+	AuditFramesOf(ctx context.Context, auditID string, kinds []string) ([]wal.Frame, error)
+	Approval(ctx context.Context, preflightID, stepID string) (wal.Approval, error)
 }
+
+// pageKinds are the frames the page shows: the default join and the
+// approvals.
+var pageKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindApproval}
 
 var _ Store = (*wal.DB)(nil)
 
@@ -46,6 +54,11 @@ type Options struct {
 	Access Access
 	// Logger receives read failures. Nil discards.
 	Logger *slog.Logger
+	// Decide, when set, is the approvals API (POST /v1/approvals/{id}/{step})
+	// the page's approval form is handed to; without it no form is shown.
+	Decide http.Handler
+	// Now is the clock that tells a pending approval from an expired one.
+	Now func() time.Time
 }
 
 // Handler serves the explain page.
@@ -62,6 +75,9 @@ var templateFS embed.FS
 func New(o Options) *Handler {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	tmpl := template.Must(template.New("explain").Funcs(template.FuncMap{
 		"short": short,
@@ -84,7 +100,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Reading audit records needs a valid bearer token (access.tokens_file), the same as GET /v1/audit.")
 		return
 	}
-	frames, err := h.o.Store.AuditFrames(r.Context(), id)
+	frames, err := h.o.Store.AuditFramesOf(r.Context(), id, pageKinds)
 	if err != nil {
 		h.o.Logger.Error("explain page cannot read the audit join", "audit_id", id, "err", err)
 		h.message(w, http.StatusServiceUnavailable, "Audit log unavailable",
@@ -105,7 +121,46 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.message(w, http.StatusInternalServerError, "Audit record unreadable", "A frame of this audit id could not be decoded.")
 		return
 	}
+	if err := h.pending(r.Context(), page, frames); err != nil {
+		h.o.Logger.Error("explain page cannot read approvals", "audit_id", id, "err", err)
+		h.message(w, http.StatusServiceUnavailable, "Approvals unavailable",
+			"The approvals of this preflight could not be read just now. Try again shortly.")
+		return
+	}
 	h.render(w, http.StatusOK, "page.html", page)
+}
+
+// pending fills in the page's steps that still wait for a decision.
+func (h *Handler) pending(ctx context.Context, page *Page, frames []wal.Frame) error {
+	if page.Preflight == nil {
+		return nil
+	}
+	now := h.o.Now()
+	for i := range frames {
+		if frames[i].Kind != wal.KindPreflight {
+			continue
+		}
+		for _, step := range approvalSteps(&frames[i]) {
+			a, err := h.o.Store.Approval(ctx, page.Preflight.PreflightID, step)
+			if errors.Is(err, wal.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if a.StateAt(now) != wal.ApprovalPending {
+				continue
+			}
+			pa := PendingApproval{PreflightID: a.PreflightID, StepID: a.StepID, ToolKind: a.ToolKind,
+				ArgsDigest: a.ArgsDigest, Authorities: a.Authorities, ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339)}
+			if h.o.Decide != nil {
+				pa.Action = decidePrefix + url.PathEscape(a.PreflightID) + "/" + url.PathEscape(a.StepID)
+			}
+			page.Pending = append(page.Pending, pa)
+		}
+		break
+	}
+	return nil
 }
 
 // inTenant applies GET /v1/audit's rule: an audit id belongs to the tenant
@@ -144,7 +199,8 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, data an
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
 	// No scripts, no outside assets: the policy says so to the browser too.
-	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; frame-ancestors 'none'")
+	// The one form (an approval's) posts to this origin only.
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("Cache-Control", "no-store")

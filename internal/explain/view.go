@@ -18,6 +18,9 @@ type Page struct {
 	// (calls made without a preflight id get an audit id of their own).
 	Preflight *PreflightView
 	Timeline  []Event
+	// Pending are the steps that wait for a person's decision, each with
+	// the form an approver decides it with; the handler fills it in.
+	Pending []PendingApproval
 	// Advisories counts the advisory failures, for the summary line.
 	Advisories int
 }
@@ -90,10 +93,35 @@ type Event struct {
 	Advisory string
 	Method   string
 	Path     string
+	// Approval is set for an autonomy.approval frame: a person's decision.
+	Approval *ApprovalEvent
+}
+
+// ApprovalEvent is an autonomy.approval frame on the timeline.
+type ApprovalEvent struct {
+	Decision string
+	Approver string
+	Roles    []string
+	Comment  string
+}
+
+// PendingApproval is one step waiting for a decision.
+type PendingApproval struct {
+	PreflightID string
+	StepID      string
+	ToolKind    string
+	ArgsDigest  string
+	Authorities []string
+	ExpiresAt   string
+	// Action is where the page's form posts the decision.
+	Action string
 }
 
 // Class is the event's CSS class: its outcome and whether it was enforced.
 func (e Event) Class() string {
+	if e.Approval != nil {
+		return "approval " + e.Approval.Decision
+	}
 	if e.Enforced {
 		return e.Outcome + " enforced"
 	}
@@ -150,6 +178,12 @@ func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 			decidedAt, _ = time.Parse(wal.TimestampFormat, f.Timestamp)
 		case wal.KindDecision:
 			ev, err := event(f)
+			if err != nil {
+				return nil, err
+			}
+			p.Timeline = append(p.Timeline, ev)
+		case wal.KindApproval:
+			ev, err := approvalEvent(f)
 			if err != nil {
 				return nil, err
 			}
@@ -260,4 +294,44 @@ func event(f *wal.Frame) (Event, error) {
 		ev.Enforced = *a.Enforced
 	}
 	return ev, nil
+}
+
+// approvalAttrs are the attrs of an autonomy.approval frame the page reads.
+type approvalAttrs struct {
+	StepID   string   `json:"step_id"`
+	ToolKind string   `json:"tool_kind"`
+	Decision string   `json:"decision"`
+	Approver string   `json:"approver"`
+	Roles    []string `json:"roles"`
+	Comment  string   `json:"comment"`
+}
+
+func approvalEvent(f *wal.Frame) (Event, error) {
+	var a approvalAttrs
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return Event{}, fmt.Errorf("explain: approval frame %d: %w", f.Seq, err)
+	}
+	return Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, Enforced: true,
+		Approval: &ApprovalEvent{Decision: a.Decision, Approver: a.Approver, Roles: a.Roles, Comment: a.Comment}}, nil
+}
+
+// approvalSteps lists the step ids of a preflight frame that wait for an
+// approval.
+func approvalSteps(f *wal.Frame) []string {
+	var a struct {
+		Steps []struct {
+			ID       string          `json:"id"`
+			Approval json.RawMessage `json:"approval"`
+		} `json:"steps"`
+	}
+	if json.Unmarshal(f.Attrs, &a) != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range a.Steps {
+		if len(s.Approval) > 0 && string(s.Approval) != "null" {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }

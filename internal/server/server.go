@@ -285,7 +285,9 @@ func (s *Server) Handler() http.Handler {
 		w.Write([]byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle(explain.Pattern, explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log}))
+	page := explain.New(explain.Options{Store: s.db, Access: s.sec.access, Logger: s.log, Decide: s.api, Now: s.now})
+	mux.Handle(explain.Pattern, page)
+	mux.Handle(explain.DecidePattern, page.DecideHandler())
 	mux.Handle("GET /metrics", s.obs.metricsHandler())
 	// Another method on those paths, and any other path, gets the API's
 	// JSON error body, not Go's plain text.
@@ -295,6 +297,10 @@ func (s *Server) Handler() http.Handler {
 			httpapi.WriteMethodNotAllowed(w, r, "GET, HEAD")
 		})
 	}
+	mux.HandleFunc(explain.DecidePathPattern, func(w http.ResponseWriter, r *http.Request) {
+		s.obs.metrics.APIError(preflight.CodeMethodNotAllowed)
+		httpapi.WriteMethodNotAllowed(w, r, "POST")
+	})
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.obs.metrics.APIError(preflight.CodeNotFound)
 		httpapi.WriteError(w, http.StatusNotFound, preflight.CodeNotFound, "No endpoint has this path.")
