@@ -97,6 +97,12 @@ type HTTP struct {
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	// MaxBodyRequests bounds the requests carrying a body that are read
+	// or decided at once; MaxBytesInFlight bounds the body bytes they may
+	// hold between them (each reserves its Content-Length, or
+	// max_body_bytes when it declares none). Past either: 503 overloaded.
+	MaxBodyRequests  int   `yaml:"max_body_requests"`
+	MaxBytesInFlight int64 `yaml:"max_bytes_in_flight"`
 }
 
 // GRPC holds the gRPC listener's keys.
@@ -265,7 +271,8 @@ func Default() Config {
 			BindingCacheSize:  100000,
 		},
 		HTTP: HTTP{MaxBodyBytes: 1 << 20, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second},
+			ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second,
+			MaxBodyRequests: 64, MaxBytesInFlight: 64 << 20},
 		GRPC: GRPC{MaxConcurrentStreams: 100, MaxConnections: 256, MaxBytesInFlight: 256 << 20,
 			ReceiveTimeout: 10 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute},
 		Gate:      Gate{Protocol: ProtocolTool, Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
@@ -318,7 +325,8 @@ var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
 // integerKeys are the keys whose values are whole numbers.
 var integerKeys = []string{"contract_refine.max_repair_attempts", "contract_refine.binding_cache_size",
 	"http.max_body_bytes", "http.max_header_bytes", "clauses.cost_limit", "approvals.webhook_retries",
-	"grpc.max_concurrent_streams", "grpc.max_connections", "grpc.max_bytes_in_flight"}
+	"grpc.max_concurrent_streams", "grpc.max_connections", "grpc.max_bytes_in_flight",
+	"http.max_body_requests", "http.max_bytes_in_flight"}
 
 // notInPath reports a character gate.path cannot hold.
 func notInPath(r rune) bool { return r == '?' || r == '#' || r <= ' ' || r == 0x7f }
@@ -392,6 +400,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxHeaderBytes <= 0 {
 		bad("http.max_header_bytes", "must be positive, got %d", c.HTTP.MaxHeaderBytes)
+	}
+	if c.HTTP.MaxBodyRequests <= 0 {
+		bad("http.max_body_requests", "must be positive, got %d", c.HTTP.MaxBodyRequests)
+	}
+	if c.HTTP.MaxBytesInFlight < c.HTTP.MaxBodyBytes {
+		bad("http.max_bytes_in_flight", "must be at least http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxBytesInFlight)
 	}
 	if c.GRPC.MaxConcurrentStreams == 0 {
 		bad("grpc.max_concurrent_streams", "must be positive, got 0")

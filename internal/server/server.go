@@ -326,7 +326,7 @@ func (s *Server) Handler() http.Handler {
 			mux.ServeHTTP(w, r)
 		}
 	})
-	return s.obs.tracing.Handler(s.sec.access.Handler(root))
+	return s.obs.tracing.Handler(s.sec.access.Handler(newBodyLimiter(&s.cfg, s.obs.metrics.APIError).wrap(root)))
 }
 
 // answerWindow is how long a handler may wait on something else (the
