@@ -21,10 +21,23 @@ func roundTrip(t *testing.T, c *Cluster, key string) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// After a member is killed the others may first have to elect a
+	// leader, longer on a loaded machine: a put that times out inside the
+	// cluster is tried again until the deadline, as an etcd client would.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	if _, err := cli.Put(ctx, key, "v"); err != nil {
-		t.Fatalf("put %s: %v", key, err)
+	for {
+		attempt, done := context.WithTimeout(ctx, 10*time.Second)
+		_, err := cli.Put(attempt, key, "v")
+		done()
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("put %s: %v", key, err)
+		case <-time.After(100 * time.Millisecond): // back off, as the client does
+		}
 	}
 	r, err := cli.Get(ctx, key)
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "v" {
