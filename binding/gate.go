@@ -25,14 +25,14 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// Mode is contract_refine.mode.
-type Mode string
+// Mode is contract_refine.mode, the catalog's type (preflight.Mode).
+type Mode = preflight.Mode
 
-// Modes of SPEC §4.
+// The three modes.
 const (
-	ModeDisabled Mode = "disabled"
-	ModeAdvisory Mode = "advisory"
-	ModeEnforce  Mode = "enforce"
+	ModeDisabled = preflight.ModeDisabled
+	ModeAdvisory = preflight.ModeAdvisory
+	ModeEnforce  = preflight.ModeEnforce
 )
 
 // Header names of SPEC §5.

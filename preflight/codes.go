@@ -28,3 +28,18 @@ const (
 	CodeApproverIsActor        = "approver-is-actor"
 	CodeApprovalExpired        = "approval-expired"
 )
+
+// Mode is contract_refine.mode: what the gate does with a contract failure.
+// The configuration (internal/config) and the gate (binding) name this
+// type.
+type Mode string
+
+// The three modes.
+const (
+	// ModeDisabled gates nothing: no ladder, and POST /v1/preflight is 503.
+	ModeDisabled Mode = "disabled"
+	// ModeAdvisory records contract failures and lets the call through.
+	ModeAdvisory Mode = "advisory"
+	// ModeEnforce denies contract failures.
+	ModeEnforce Mode = "enforce"
+)

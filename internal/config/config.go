@@ -15,16 +15,18 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
+
+	"github.com/contractrefine/autonomy/preflight"
 )
 
-// Mode is contract_refine.mode (SPEC §4).
-type Mode string
+// Mode is contract_refine.mode, the catalog's type (preflight.Mode).
+type Mode = preflight.Mode
 
 // The three modes.
 const (
-	ModeDisabled Mode = "disabled"
-	ModeAdvisory Mode = "advisory"
-	ModeEnforce  Mode = "enforce"
+	ModeDisabled = preflight.ModeDisabled
+	ModeAdvisory = preflight.ModeAdvisory
+	ModeEnforce  = preflight.ModeEnforce
 )
 
 // ParseMode validates a mode name.
