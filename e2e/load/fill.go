@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/bundle"
@@ -78,13 +80,23 @@ func (t *template) record(now, expires time.Time) (wal.PreflightRecord, error) {
 // of the service's own traffic (a preflight, its consumed marker frame and
 // the allow's decision frame), with bindings that expired a minute ago.
 // live > 0 instead writes live one-step bindings, preflight frames only,
-// that expire in an hour, and returns their ids.
-func fillWAL(ctx context.Context, dir string, frames, live int) ([]string, error) {
+// that expire in an hour, and returns their ids. The file is synced and
+// its pages dropped from the page cache before it returns (settle), so the
+// service opening it neither flushes the fill's writes on its first commit
+// nor finds the whole file cached, as a server restarted on an old log would.
+func fillWAL(ctx context.Context, dir string, frames, live int) (_ []string, err error) {
 	db, err := wal.Open(dir, &wal.Options{NoSync: true})
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
+	defer func() {
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = settle(filepath.Join(dir, wal.FileName))
+		}
+	}()
 	now := time.Now().UTC()
 	tpl, err := newTemplate(ctx, db, now, 5*time.Minute)
 	if err != nil {
@@ -143,4 +155,18 @@ func fillWAL(ctx context.Context, dir string, frames, live int) ([]string, error
 		}
 	}
 	return liveIDs, nil
+}
+
+// settle syncs the file at path and asks the kernel to drop its pages from
+// the page cache (dropCache).
+func settle(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return dropCache(f)
 }
