@@ -16,7 +16,6 @@ func (p keys) sessionLock(key string) string { return string(p) + "sl/" + key + 
 func (p keys) idempotency(key string) string { return string(p) + "i/" + key }
 func (p keys) claim(key string) string       { return string(p) + "ic/" + key }
 func (p keys) frames(auditID string) string  { return string(p) + "f/" + auditID + "/" }
-func (p keys) allFrames() string             { return string(p) + "f/" }
 func (p keys) frame(auditID, replica string, seq uint64) string {
 	return fmt.Sprintf("%s%s/%016x", p.frames(auditID), replica, seq)
 }

@@ -37,8 +37,9 @@ func encodeBinding(b *preflight.Binding, decision []byte, replica string) []byte
 		Tenant: b.Tenant, ExpiresAt: b.ExpiresAt.UTC(), Steps: b.Steps, Replica: replica})
 	// encoding/json never writes a raw newline, so the first one ends it.
 	out := make([]byte, 0, len(meta)+1+len(decision))
-	out = append(append(meta, '\n'), decision...)
-	return out
+	out = append(out, meta...)
+	out = append(out, '\n')
+	return append(out, decision...)
 }
 
 func decodeBinding(id string, v []byte) (preflight.Binding, []byte, error) {
