@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,7 @@ func TestDecodeRequestErrors(t *testing.T) {
 		"a field in two cases":   {`{"intent":{"summary":"s","\u017fummary":"t"}}`, "/intent/\u017fummary", `differs from field "summary" only in case`},
 		"truncated":              {`{"intent":{"summary":"s"},"plan":{"steps":[{"id":`, "/plan/steps/0/id", "unexpected end of JSON input"},
 		"number out of range":    {minimal(`{"id":"s1","args":{"a":[1e999]}}`), "/plan/steps/0/args/a/0", "number 1e999 is out of range"},
+		"too many args values":   {minimal(`{"id":"s1","args":{"a":[` + strings.Repeat("1,", MaxArgsValues) + `1]}}`), "/plan/steps/0/args/a/" + strconv.Itoa(MaxArgsValues-2), "the args hold more than 10000 values"},
 		"integer beyond 2^53":    {minimal(`{"id":"s1","args":{"accountId":9007199254740993}}`), "/plan/steps/0/args/accountId", "number 9007199254740993 does not round-trip through a double"},
 		"digits beyond a double": {minimal(`{"id":"s1","args":{"b":{"c":1.0000000000000001}}}`), "/plan/steps/0/args/b/c", "number 1.0000000000000001 does not round-trip through a double"},
 		"too deep":               {deep(MaxNesting - 4), "", "JSON nesting is deeper than 64 levels"},
