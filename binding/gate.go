@@ -124,6 +124,9 @@ type Options struct {
 	// way.
 	NoDecisionLog bool
 	Observer      Observer
+	// Outcomes is the store tool outcomes are judged with (outcome.go);
+	// nil means Store, when it is one.
+	Outcomes OutcomeStore
 }
 
 // Gate runs the decision for gated requests. It is safe for concurrent use.
@@ -135,6 +138,7 @@ type Gate struct {
 	// decisions holds preflight decisions as OPA values, for policies that
 	// read input.preflight.
 	decisions *lru.Cache[string, timedValue]
+	outcomes  outcomes
 }
 
 // entry is a cached binding. until is when the entry stops being served,
@@ -190,6 +194,7 @@ func New(o Options) *Gate {
 	}
 	g.cache, _ = lru.NewWithEvict[string, *entry](o.CacheSize, onEvict)
 	g.decisions, _ = lru.New[string, timedValue](min(o.CacheSize, decisionCacheSize))
+	g.outcomes = newOutcomes(&o)
 	return g
 }
 

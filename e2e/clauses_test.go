@@ -194,8 +194,8 @@ func TestClausePreflightRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := cbServe(t, "enforce", "--bundle", dir, "--config", cfg)
-	// The withdraw postcondition and the validate: false contract are
-	// accepted but never run: serve says so.
+	// The validate: false contract is accepted but never run: serve says
+	// so (postconditions run on the tool's response).
 	var notes []any
 	for _, l := range srv.LogLines("clause not enforced") {
 		if l["level"] == "WARN" {
@@ -203,7 +203,6 @@ func TestClausePreflightRows(t *testing.T) {
 		}
 	}
 	wantNotes := []any{
-		`capability "account.withdraw": postconditions[0] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet`,
 		`capability "account.withdraw.documented": preconditions[0] not enforced: the contract is validate: false (documentation only)`,
 	}
 	if !reflect.DeepEqual(notes, wantNotes) {

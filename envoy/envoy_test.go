@@ -19,6 +19,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlymutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -42,6 +43,7 @@ var checkHeaders = []string{"x-autonomy-preflight-id", "x-request-id", "x-autono
 const (
 	actorHeader      = "x-autonomy-actor"
 	extAuthzFilter   = "envoy.filters.http.ext_authz"
+	extProcFilter    = "envoy.filters.http.ext_proc"
 	routerFilter     = "envoy.filters.http.router"
 	maxCheckBodySize = 1 << 20
 )
@@ -200,6 +202,7 @@ type envoyConfig struct {
 	hcm       *hcmv3.HttpConnectionManager
 	filters   []string // HTTP filter names, in chain order
 	authz     *extauthzv3.ExtAuthz
+	proc      *extprocv3.ExternalProcessor
 	routes    []*routev3.Route
 	clusters  map[string]*clusterv3.Cluster
 }
@@ -228,9 +231,13 @@ func loadEnvoyConfig(t *testing.T, text []byte) envoyConfig {
 	mustUnpack(t, chains[0].GetFilters()[0].GetTypedConfig(), c.hcm)
 	for _, f := range c.hcm.GetHttpFilters() {
 		c.filters = append(c.filters, f.GetName())
-		if f.GetName() == extAuthzFilter {
+		switch f.GetName() {
+		case extAuthzFilter:
 			c.authz = &extauthzv3.ExtAuthz{}
 			mustUnpack(t, f.GetTypedConfig(), c.authz)
+		case extProcFilter:
+			c.proc = &extprocv3.ExternalProcessor{}
+			mustUnpack(t, f.GetTypedConfig(), c.proc)
 		}
 	}
 	for _, vh := range c.hcm.GetRouteConfig().GetVirtualHosts() {
@@ -407,7 +414,9 @@ func TestEnvoyConfigs(t *testing.T) {
 				t.Errorf("clusters = %v, want exactly %v", slices.Sorted(maps.Keys(c.clusters)), slices.Sorted(maps.Keys(w.endpoints)))
 			}
 
-			checkAuthzFilter(t, c, w.httpService)
+			// The MCP example gates another path and leaves tool outcomes
+			// out (docs/MCP.md); the http_service one has no gRPC.
+			checkAuthzFilter(t, c, w.httpService, !w.httpService && w.gated == "")
 			gated, upstream := w.gated, w.upstream
 			if gated == "" {
 				gated, upstream = "/v1/tool", "toolruntime"
@@ -418,10 +427,19 @@ func TestEnvoyConfigs(t *testing.T) {
 	}
 }
 
-func checkAuthzFilter(t *testing.T, c envoyConfig, httpService bool) {
+func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool) {
 	t.Helper()
-	if !slices.Equal(c.filters, []string{extAuthzFilter, routerFilter}) {
-		t.Fatalf("HTTP filters = %v, want ext_authz then the router", c.filters)
+	want := []string{extAuthzFilter, extProcFilter, routerFilter}
+	if !outcomes {
+		// ext_proc speaks gRPC only: the http_service deployment has no
+		// gRPC cluster, and cannot judge responses (docs/DEPLOY.md).
+		want = []string{extAuthzFilter, routerFilter}
+	}
+	if !slices.Equal(c.filters, want) {
+		t.Fatalf("HTTP filters = %v, want %v", c.filters, want)
+	}
+	if outcomes {
+		checkExtProc(t, c)
 	}
 	a := c.authz
 	// failure_mode_allow defaults to false; the file must still say so, so
@@ -472,6 +490,41 @@ func checkAuthzFilter(t *testing.T, c envoyConfig, httpService bool) {
 	for _, want := range []string{"x-autonomy-audit-id", "x-autonomy-advisory-reason"} {
 		if !slices.Contains(upstream, want) {
 			t.Errorf("allowed_upstream_headers %v lacks %s", upstream, want)
+		}
+	}
+}
+
+// checkExtProc: the response of every allowed call goes to the service
+// whole, and nothing passes when the service cannot be asked (SPEC §12).
+func checkExtProc(t *testing.T, c envoyConfig) {
+	t.Helper()
+	p := c.proc
+	if p.GetFailureModeAllow() || bytes.Count(c.raw, []byte("failure_mode_allow: false")) < 2 {
+		t.Error("ext_proc failure_mode_allow must be set, explicitly, to false")
+	}
+	if p.GetGrpcService().GetEnvoyGrpc().GetClusterName() != "autonomy_grpc" {
+		t.Errorf("ext_proc cluster = %q, want autonomy_grpc", p.GetGrpcService().GetEnvoyGrpc().GetClusterName())
+	}
+	if d := p.GetMessageTimeout().AsDuration(); !checkTimeoutOK(d) {
+		t.Errorf("ext_proc message_timeout = %v, want between 1s and 5s", d)
+	}
+	m := p.GetProcessingMode()
+	if m.GetRequestHeaderMode() != extprocv3.ProcessingMode_SEND || m.GetResponseHeaderMode() != extprocv3.ProcessingMode_SEND ||
+		m.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED || m.GetResponseBodyMode() != extprocv3.ProcessingMode_BUFFERED {
+		t.Errorf("ext_proc processing_mode = %v, want headers sent and both bodies buffered", m)
+	}
+	if p.GetObservabilityMode() {
+		t.Error("ext_proc in observability_mode cannot replace a violating response")
+	}
+	for _, r := range c.routes {
+		a, ok := r.GetTypedPerFilterConfig()[extProcFilter]
+		var per extprocv3.ExtProcPerRoute
+		if ok {
+			mustUnpack(t, a, &per)
+		}
+		gated := r.GetMatch().GetPath() == "/v1/tool"
+		if gated == per.GetDisabled() {
+			t.Errorf("route %v: ext_proc disabled = %v, want it on the gated route only", r.GetMatch(), per.GetDisabled())
 		}
 	}
 }
@@ -558,7 +611,7 @@ func TestEnvoyConfigRejects(t *testing.T) {
 		wantErr  string
 	}{
 		"typo in a field name": {
-			old: "failure_mode_allow: false", new: "failure_mode_alow: false",
+			old: "denies.\n              failure_mode_allow: false", new: "denies.\n              failure_mode_alow: false",
 			wantErr: `unknown field "failure_mode_alow"`,
 		},
 		"typo in a top-level field name": {
@@ -570,7 +623,7 @@ func TestEnvoyConfigRejects(t *testing.T) {
 			wantErr: "invalid value for uint32",
 		},
 		"number for a duration": {
-			old: "timeout: 2s", new: "timeout: 500",
+			old: "\n                timeout: 2s", new: "\n                timeout: 500",
 			wantErr: "unexpected token 500",
 		},
 		"object for a bool": {
@@ -586,7 +639,7 @@ func TestEnvoyConfigRejects(t *testing.T) {
 			wantErr: "PortValue",
 		},
 		"rule broken inside a typed_config": {
-			old: "envoy_grpc: { cluster_name: autonomy_grpc }", new: `envoy_grpc: { cluster_name: "" }`,
+			old: "envoy_grpc: { cluster_name: autonomy_grpc }\n                # Above", new: "envoy_grpc: { cluster_name: \"\" }\n                # Above",
 			wantErr: "ClusterName",
 		},
 		"deprecated field": {

@@ -41,6 +41,9 @@ type PreflightRecord struct {
 	// preflight by the commit, the write fails with ErrConflict and writes
 	// nothing.
 	IdempotencyReplaces string
+	// OutputMaxBytes is the envelope's outputContract.maxBytes, 0 when
+	// it set none: the gate applies it to the tool's response (SPEC §12).
+	OutputMaxBytes int64
 }
 
 // IdempotencyRecord remembers which decision an idempotency key produced.
@@ -59,6 +62,8 @@ type preflightAttrs struct {
 	ExpiresAt   time.Time             `json:"expires_at"`
 	Steps       []preflight.BoundStep `json:"steps"`
 	Decision    json.RawMessage       `json:"decision"`
+	// OutputMaxBytes is written only when the envelope had one.
+	OutputMaxBytes int64 `json:"output_max_bytes,omitempty"`
 }
 
 // RecordPreflight durably writes the autonomy.preflight frame, the binding
@@ -120,6 +125,9 @@ func (rec *PreflightRecord) attrs() (map[string]any, error) {
 		steps[i] = step
 	}
 	attrs["steps"] = steps
+	if rec.OutputMaxBytes > 0 {
+		attrs["output_max_bytes"] = rec.OutputMaxBytes
+	}
 	// The decision is canonical JSON already (see Decision), so it goes in
 	// as it is: parsing it only to write the same bytes again was the
 	// costliest step of recording a preflight (docs/PERFORMANCE.md).
@@ -350,6 +358,22 @@ func (db *DB) Decision(ctx context.Context, preflightID string) ([]byte, error) 
 	return d, err
 }
 
+// OutputMaxBytes returns the outputContract.maxBytes a preflight's
+// envelope set, 0 when it set none.
+func (db *DB) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
+	var n int64
+	err := db.View(func(tx *Tx) error {
+		seq, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID)))
+		if !ok {
+			return ErrNotFound
+		}
+		a, _, err := tx.preflightFrame(seq)
+		n = a.OutputMaxBytes
+		return err
+	})
+	return n, err
+}
+
 // preflightFrame reads and decodes the autonomy.preflight frame at seq.
 func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
 	var a preflightAttrs
@@ -423,7 +447,8 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 }
 
 // AuditFrames returns the autonomy.preflight and autonomy.decision frames
-// under auditID, sorted by timestamp ascending, seq breaking ties.
+// under auditID, sorted by timestamp ascending, seq breaking ties: the
+// default audit join (AuditFramesOf names other kinds).
 func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) {
 	return db.AuditFramesOf(ctx, auditID, DefaultAuditKinds)
 }

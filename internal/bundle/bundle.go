@@ -464,10 +464,9 @@ func (b *Bundle) ClauseSet() *clause.Set { return b.clauses }
 
 // Unenforced describes, one line per clause in kind order, the clauses the
 // bundle accepted and type-checked but that nothing evaluates: every
-// postcondition (they need the tool's response, and there is no response
-// hook yet) and every clause of a validate: false contract. check-config
-// prints these and serve logs them, so an operator never mistakes a
-// declared clause for an enforced one.
+// clause of a validate: false contract. check-config prints these and serve
+// logs them, so an operator never mistakes a declared clause for an
+// enforced one.
 func (b *Bundle) Unenforced() []string {
 	kinds := make([]string, 0, len(b.governance.Capabilities))
 	for kind, c := range b.governance.Capabilities {
@@ -478,20 +477,17 @@ func (b *Bundle) Unenforced() []string {
 	sort.Strings(kinds)
 	var out []string
 	for _, kind := range kinds {
-		spec := b.governance.Capabilities[kind].Contract
-		documentation := !b.clauses.Enforced(kind)
-		if documentation {
-			for _, l := range []struct {
-				name  string
-				exprs []string
-			}{{clause.Preconditions, spec.Preconditions}, {clause.Invariants, spec.Invariants}} {
-				for i := range l.exprs {
-					out = append(out, fmt.Sprintf("capability %q: %s[%d] not enforced: the contract is validate: false (documentation only)", kind, l.name, i))
-				}
-			}
+		if b.clauses.Enforced(kind) {
+			continue
 		}
-		for i := range b.clauses.Postconditions(kind) {
-			out = append(out, fmt.Sprintf("capability %q: %s[%d] type-checked but not enforced: postconditions need the tool response, and there is no response hook yet", kind, clause.Postconditions, i))
+		spec := b.governance.Capabilities[kind].Contract
+		for _, l := range []struct {
+			name  string
+			exprs []string
+		}{{clause.Preconditions, spec.Preconditions}, {clause.Invariants, spec.Invariants}, {clause.Postconditions, spec.Postconditions}} {
+			for i := range l.exprs {
+				out = append(out, fmt.Sprintf("capability %q: %s[%d] not enforced: the contract is validate: false (documentation only)", kind, l.name, i))
+			}
 		}
 	}
 	return out

@@ -62,7 +62,6 @@ func TestCheckConfigClauses(t *testing.T) {
 			wantStdout: []string{
 				"configuration ok: mode advisory",
 				"1 capabilities",
-				`note: capability "account.withdraw": postconditions[0] type-checked but not enforced`,
 			},
 		},
 		"a bad cost limit value is named": {

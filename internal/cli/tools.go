@@ -50,6 +50,7 @@ func newHealthcheck(stdout io.Writer) *cobra.Command {
 
 func newAudit(stdout io.Writer) *cobra.Command {
 	var server, token, dataDir, file string
+	var include []string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "audit AUDIT_ID",
@@ -62,10 +63,14 @@ func newAudit(stdout io.Writer) *cobra.Command {
 				frames []wal.Frame
 				err    error
 			)
+			kinds, ok := wal.AuditKinds(include)
+			if !ok {
+				return fmt.Errorf("--include takes %s", strings.Join(wal.IncludeValues, ", "))
+			}
 			if dataDir != "" || file != "" {
-				frames, err = auditFromWAL(cmd, file, dataDir, args[0])
+				frames, err = auditFromWAL(cmd, file, dataDir, args[0], kinds)
 			} else {
-				frames, err = auditFromServer(cmd, server, token, args[0])
+				frames, err = auditFromServer(cmd, server, token, args[0], include)
 			}
 			if err != nil {
 				return err
@@ -89,6 +94,7 @@ func newAudit(stdout io.Writer) *cobra.Command {
 	// One source: a server and a WAL given together would silently use one.
 	cmd.MarkFlagsMutuallyExclusive("server", "data-dir")
 	cmd.MarkFlagsMutuallyExclusive("server", "config")
+	cmd.Flags().StringSliceVar(&include, "include", nil, "also join these frame kinds: outcome, approval or all")
 	return cmd
 }
 
@@ -109,8 +115,11 @@ func setBearer(req *http.Request, token string) {
 }
 
 // auditFromServer asks a running service for the join.
-func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.Frame, error) {
+func auditFromServer(cmd *cobra.Command, server, token, auditID string, include []string) ([]wal.Frame, error) {
 	u := strings.TrimRight(server, "/") + "/v1/audit/" + url.PathEscape(auditID)
+	if len(include) > 0 {
+		u += "?" + url.Values{"include": {strings.Join(include, ",")}}.Encode()
+	}
 	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -138,13 +147,13 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string) ([]wal.F
 }
 
 // auditFromWAL reads the join from the WAL of a stopped service.
-func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string) ([]wal.Frame, error) {
+func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string, kinds []string) ([]wal.Frame, error) {
 	db, err := openWAL(cmd, file, dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w; for a running server use --server", err)
 	}
 	defer db.Close()
-	frames, err := db.AuditFrames(cmd.Context(), auditID)
+	frames, err := db.AuditFramesOf(cmd.Context(), auditID, kinds)
 	if err != nil {
 		return nil, err
 	}
@@ -172,10 +181,27 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 			StepID      string `json:"step_id"`
 			Enforced    *bool  `json:"enforced"`
 			Advisory    string `json:"advisory_reason"`
+			Status      int    `json:"status"`
+			ReportedBy  string `json:"reported_by"`
+			Warning     bool   `json:"warning"`
 		}
 		_ = json.Unmarshal(f.Attrs, &a)
 		detail := a.PreflightID
-		if f.Kind == wal.KindDecision {
+		switch f.Kind {
+		case wal.KindOutcome:
+			detail = fmt.Sprintf("tool %s status %d seen by %s", a.ToolKind, a.Status, a.ReportedBy)
+			if a.StepID != "" {
+				detail = fmt.Sprintf("tool %s step %s status %d seen by %s", a.ToolKind, a.StepID, a.Status, a.ReportedBy)
+			}
+			switch {
+			case a.Warning:
+				detail += " (passed with a warning)"
+			case a.Outcome == wal.OutcomeViolated && a.Enforced != nil && *a.Enforced:
+				detail += " (response replaced by 502)"
+			case a.Outcome == wal.OutcomeViolated:
+				detail += " (advisory, not enforced)"
+			}
+		case wal.KindDecision:
 			detail = "tool " + a.ToolKind
 			if a.StepID != "" {
 				detail += " step " + a.StepID

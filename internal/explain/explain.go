@@ -33,9 +33,9 @@ type Store interface {
 	Approval(ctx context.Context, preflightID, stepID string) (wal.Approval, error)
 }
 
-// pageKinds are the frames the page shows: the default join and the
-// approvals.
-var pageKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindApproval}
+// pageKinds are the frames the page shows: the default join, the
+// approvals and the tool outcomes.
+var pageKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindApproval, wal.KindOutcome}
 
 var _ Store = (*wal.DB)(nil)
 

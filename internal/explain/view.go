@@ -95,6 +95,17 @@ type Event struct {
 	Path     string
 	// Approval is set for an autonomy.approval frame: a person's decision.
 	Approval *ApprovalEvent
+	// Outcome events (autonomy.outcome frames) also carry who saw the
+	// response and the clauses that failed on it.
+	IsOutcome  bool
+	ReportedBy string
+	Failed     []FailedClause
+}
+
+// FailedClause is one after-call clause that did not hold.
+type FailedClause struct {
+	Kind, Expression, Message string
+	Strict                    bool
 }
 
 // ApprovalEvent is an autonomy.approval frame on the timeline.

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/extauthz"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
 )
 
 // The service's own API under the gateway (Options.API): the routes the
@@ -37,7 +41,12 @@ var (
 
 // Options configures the gateway.
 type Options struct {
-	Gate     extauthz.Checker
+	Gate extauthz.Checker
+	// Judge, when set, judges the response of every gated call the gate
+	// let through (SPEC §12): the response is buffered (up to
+	// MaxBodyBytes), its outcome recorded, and only then released, or
+	// replaced by the 502 of a violation.
+	Judge    extauthz.Judge
 	Upstream *url.URL
 	// API, when set, serves /v1/preflight, /v1/preflight/... and
 	// /v1/audit/... without the gate, so that one front URL carries an
@@ -98,6 +107,9 @@ func New(o Options) *Gateway {
 		// to find its call in the runtime's logs and the audit frames.
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Set(binding.HeaderRequestID, resp.Request.Header.Get(binding.HeaderRequestID))
+			if x, ok := resp.Request.Context().Value(exchangeKey{}).(*binding.Exchange); ok {
+				g.judgeResponse(resp, x)
+			}
 			return nil
 		},
 		Transport: transport,
@@ -106,6 +118,11 @@ func New(o Options) *Gateway {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if o.Logger != nil {
 				o.Logger.Error("gateway upstream failed", "err", err, "path", r.URL.Path)
+			}
+			if x, ok := r.Context().Value(exchangeKey{}).(*binding.Exchange); ok {
+				// No response to judge: the call's outcome says so.
+				x.Response = binding.Response{Err: fmt.Errorf("upstream: %w", err)}
+				g.o.Judge.Outcome(context.WithoutCancel(r.Context()), x)
 			}
 			g.writeError(w, http.StatusBadGateway, CodeUpstreamUnavailable, "gateway: upstream_unavailable")
 		},
@@ -193,7 +210,71 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(req.Body))
 	r.ContentLength = int64(len(req.Body))
 	r.Trailer = nil
+	if g.o.Judge != nil && d.Gated {
+		x := &binding.Exchange{Request: req, Decision: &d, ReportedBy: wal.ReporterGateway}
+		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	}
 	g.proxy.ServeHTTP(w, r)
+}
+
+// exchangeKey is the context key of a gated call's exchange, set for the
+// proxy's ModifyResponse and ErrorHandler.
+type exchangeKey struct{}
+
+// errResponseTooLarge is a response body over MaxBodyBytes: it is not
+// buffered whole, so it cannot be judged.
+var errResponseTooLarge = errors.New("gateway: response body over the limit")
+
+// judgeResponse buffers resp's body, has the gate judge it, and leaves
+// resp as the client gets it: the tool's response (with the warning header
+// when a strict: false postcondition failed), or the 502 of a violation.
+// It runs before any byte of the response is written, so the outcome frame
+// is durable before the response is released.
+func (g *Gateway) judgeResponse(resp *http.Response, x *binding.Exchange) {
+	limit := g.o.MaxBodyBytes
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	x.Response = binding.Response{Status: resp.StatusCode, Body: body}
+	switch {
+	case err != nil:
+		x.Response.Err = fmt.Errorf("read the response body: %w", err)
+	case int64(len(body)) > limit:
+		x.Response.Err, x.Response.Body = errResponseTooLarge, body[:limit]
+	}
+	v := g.o.Judge.Outcome(resp.Request.Context(), x)
+	resp.Header.Del(binding.HeaderPostconditionWarning) // only the gate sets it
+	if v.Release {
+		if v.Warning != "" {
+			resp.Header.Set(binding.HeaderPostconditionWarning, v.Warning)
+		}
+		rest := resp.Body
+		if x.Response.Err == nil {
+			resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			resp.TransferEncoding = nil
+		} else {
+			// Advisory mode lets an unjudged response through: what was
+			// read, then the rest as it comes.
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), rest), rest}
+		}
+		return
+	}
+	resp.Body.Close()
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(v.Body)))
+	h.Set(binding.HeaderAuditID, v.AuditID)
+	h.Set(binding.HeaderRequestID, resp.Header.Get(binding.HeaderRequestID))
+	resp.StatusCode, resp.Status = v.Status, strconv.Itoa(v.Status)+" "+http.StatusText(v.Status)
+	resp.Header, resp.Trailer, resp.TransferEncoding = h, nil, nil
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(v.Body)), int64(len(v.Body))
 }
 
 // fromTrustedProxy reports whether r came from one of o.TrustedProxies.

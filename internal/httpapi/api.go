@@ -296,9 +296,9 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
-	kinds, msg := auditKindsOf(r.URL.Query()["include"])
-	if msg != "" {
-		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", msg, false)
+	kinds, ok := wal.AuditKinds(r.URL.Query()["include"])
+	if !ok {
+		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", "include must name outcome, approval or all.", false)
 		return
 	}
 	frames, err := a.o.Log.AuditFramesOf(r.Context(), id, kinds)
@@ -325,38 +325,6 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", contentTypeJSON)
 	w.WriteHeader(http.StatusOK)
 	w.Write(bytes.TrimSuffix(body.Bytes(), []byte("\n")))
-}
-
-// KindOutcome is the frame kind of a tool outcome (SPEC §12), joined with
-// include=outcome.
-const KindOutcome = "autonomy.outcome"
-
-// auditKindsOf reads the include parameter of an audit join: outcome,
-// approval or all, comma-separated or repeated, added to the default
-// kinds; another value is refused with the message to answer.
-func auditKindsOf(include []string) ([]string, string) {
-	kinds := slices.Clone(wal.DefaultAuditKinds)
-	add := func(k string) {
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-	}
-	for _, v := range include {
-		for name := range strings.SplitSeq(v, ",") {
-			switch strings.TrimSpace(name) {
-			case "outcome":
-				add(KindOutcome)
-			case "approval":
-				add(wal.KindApproval)
-			case "all":
-				add(KindOutcome)
-				add(wal.KindApproval)
-			default:
-				return nil, "include must name outcome, approval or all."
-			}
-		}
-	}
-	return kinds, ""
 }
 
 func (a *API) authorize(r *http.Request) (tenant string, all, ok bool) {

@@ -22,6 +22,7 @@ var knownReasons = []string{
 	preflight.ReasonDecisionChainIncomplete, preflight.ReasonChainUnverifiableOffline,
 	preflight.ReasonPreconditionViolated, preflight.ReasonInvariantViolated,
 	preflight.ReasonPostconditionViolated, preflight.ReasonApprovalPending, preflight.ReasonApprovalRejected,
+	preflight.ReasonOutputContractViolated, preflight.ReasonOutcomeUnverified, preflight.ReasonOutcomeOK,
 	"policy: allowed", "policy: denied", "gate: malformed_tool_call", "gate: partial_body",
 }
 

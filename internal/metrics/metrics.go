@@ -82,6 +82,7 @@ type Metrics struct {
 	bundleReloads      *prometheus.CounterVec
 	approvals          approvalMetrics
 	store              storeMetrics
+	outcomes           *prometheus.CounterVec
 
 	reasons  labelSet
 	codes    labelSet
@@ -123,6 +124,10 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 			Namespace: Namespace, Name: "repair_attempts_total",
 			Help: "Preflights submitted as repair attempts (attempt > 1 in a session), by outcome.",
 		}, []string{"outcome"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "outcomes_total",
+			Help: "Tool outcomes recorded (autonomy.outcome frames), by result (ok, violated, warning, unverified), reason, mode and whether the response was replaced.",
+		}, []string{"result", "reason", "mode", "enforced"}),
 		repairSessions: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "repair_sessions_total",
 			Help: "Repair sessions opened: first attempts that came back repair_required.",
@@ -194,7 +199,7 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 
 	cs := []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
 		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
-		m.walCommitErrors, m.walVerified, m.walVerifyBadSeq, m.walVerifySeconds, m.errors, m.mode, m.bundleInfo, m.bundleReloads}
+		m.walCommitErrors, m.walVerified, m.walVerifyBadSeq, m.walVerifySeconds, m.errors, m.mode, m.bundleInfo, m.bundleReloads, m.outcomes}
 	cs = append(cs, m.approvals.init(o)...)
 	cs = append(cs, m.store.init()...)
 	if o.WALPath != "" {
@@ -234,6 +239,7 @@ const (
 	metricPreflightDecisions
 	metricPreflightDuration
 	metricErrors
+	metricOutcomes
 )
 
 // counter returns the child counter for k, resolving it once.
@@ -272,6 +278,26 @@ func (m *Metrics) GateDecision(d *binding.Decision, took time.Duration) {
 		m.APIError(d.Code())
 	}
 }
+
+// Outcome records one judged tool response (binding.OutcomeObserver). The
+// result label is ok or violated as the frame says, except that a failure
+// of strict: false postconditions alone is warning, and a response that
+// could not be judged is unverified.
+func (m *Metrics) Outcome(v *binding.Verdict, _ time.Duration) {
+	a := &v.Attrs
+	result := a.Outcome
+	switch {
+	case a.Reason == preflight.ReasonOutcomeUnverified:
+		result = "unverified"
+	case a.Warning:
+		result = "warning"
+	}
+	reason := m.reasons.value(a.Reason)
+	m.counter(childKey{metric: metricOutcomes, a: result, b: reason, c: a.Mode, enforced: a.Enforced},
+		m.outcomes, result, reason, a.Mode, strconv.FormatBool(a.Enforced)).Inc()
+}
+
+var _ binding.OutcomeObserver = (*Metrics)(nil)
 
 // statusLabel avoids formatting the common statuses on every call.
 func statusLabel(status int) string {

@@ -178,6 +178,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	s.gate = binding.New(binding.Options{
 		Store:            store,
 		Log:              store,
+		Outcomes:         s.db,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
 		Mode:             mode,
 		Protocol:         binding.Protocol(cfg.Gate.Protocol),
@@ -248,6 +249,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	opts = append(opts, extauthz.CodecOption())
 	s.grpc = grpc.NewServer(opts...)
 	extauthz.NewServer(s.checker).Register(s.grpc)
+	extauthz.NewProcessor(s.gate, extauthz.ProcessorOptions{Timeout: cfg.HTTP.WriteTimeout,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes}).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if cfg.GRPC.Reflection {
 		reflection.Register(s.grpc)
@@ -483,7 +486,7 @@ func (s *Server) Run(ctx context.Context) error {
 		// The gateway also serves the API routes (with the HTTP listener's
 		// access rules), so its address is the deployment's one front URL.
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
-		gw := gateway.New(gateway.Options{Gate: s.checker, Upstream: up, API: s.Handler(),
+		gw := gateway.New(gateway.Options{Gate: s.checker, Judge: s.gate, Upstream: up, API: s.Handler(),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
 			OnError: s.obs.metrics.APIError, UpstreamTimeout: answerWindow(s.cfg.HTTP.WriteTimeout)})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))

@@ -423,7 +423,7 @@ func TestSleepHonoursContext(t *testing.T) {
 }
 
 func TestKinds(t *testing.T) {
-	want := []string{"customer.read.v3", "payment.send.v1", "refund.create.v2", "tool.echo", "tool.shell", "tool.sleep"}
+	want := []string{"customer.read.v3", "ledger.debit.buggy.v1", "ledger.debit.v1", "payment.send.v1", "refund.create.v2", "tool.echo", "tool.shell", "tool.sleep"}
 	if got := toolruntime.New(toolruntime.Options{}).Kinds(); !slices.Equal(got, want) {
 		t.Errorf("Kinds() = %v, want %v", got, want)
 	}

@@ -22,6 +22,12 @@ const (
 	KindRefundCreate = "refund.create.v2"
 	KindShell        = "tool.shell"
 	KindPaymentSend  = "payment.send.v1"
+	// KindLedgerDebit debits an account and returns the new balance.
+	KindLedgerDebit = "ledger.debit.v1"
+	// KindLedgerDebitBuggy is the same tool with a bug: it applies the
+	// debit twice. Its capability's postcondition catches the wrong result
+	// (the demo's outcome step).
+	KindLedgerDebitBuggy = "ledger.debit.buggy.v1"
 )
 
 // toolFunc runs one tool on decoded args. A *toolError carries the status
@@ -43,12 +49,14 @@ func invalidArgs(format string, a ...any) error {
 
 func builtinTools() map[string]toolFunc {
 	return map[string]toolFunc{
-		KindEcho:         echo,
-		KindSleep:        sleep,
-		KindCustomerRead: readCustomer,
-		KindRefundCreate: createRefund,
-		KindShell:        shell,
-		KindPaymentSend:  sendPayment,
+		KindEcho:             echo,
+		KindSleep:            sleep,
+		KindCustomerRead:     readCustomer,
+		KindRefundCreate:     createRefund,
+		KindShell:            shell,
+		KindPaymentSend:      sendPayment,
+		KindLedgerDebit:      func(ctx context.Context, args map[string]any) (any, error) { return debit(args, 1) },
+		KindLedgerDebitBuggy: func(ctx context.Context, args map[string]any) (any, error) { return debit(args, 2) },
 	}
 }
 
@@ -144,6 +152,36 @@ func sendPayment(_ context.Context, args map[string]any) (any, error) {
 	}
 	return map[string]any{"payment": map[string]any{"id": "pay_" + shortDigest(digest), "to": to,
 		"amountUsd": n, "status": "simulated"}}, nil
+}
+
+// debit simulates a ledger debit: args.balanceUsd less times × args.amountUsd
+// (times is 1 for the real tool, 2 for the buggy one).
+func debit(args map[string]any, times int64) (any, error) {
+	account, ok := args["accountRef"].(string)
+	if !ok || account == "" {
+		return nil, invalidArgs("accountRef must be a non-empty string")
+	}
+	balance, err := numberArg(args, "balanceUsd")
+	if err != nil {
+		return nil, err
+	}
+	amount, err := numberArg(args, "amountUsd")
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"accountRef": account, "balanceUsd": balance - float64(times)*amount}, nil
+}
+
+func numberArg(args map[string]any, name string) (float64, error) {
+	n, ok := args[name].(json.Number)
+	if !ok {
+		return 0, invalidArgs("%s must be a number", name)
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return 0, invalidArgs("%s must be a number", name)
+	}
+	return f, nil
 }
 
 // shell stands in for a dangerous tool in demos and never runs anything.

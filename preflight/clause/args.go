@@ -3,7 +3,9 @@ package clause
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -58,44 +60,60 @@ func normalize(v any) any {
 	}
 }
 
-// step is one hop of a path into args: a field name, or a list index when
-// isIndex is set.
+// step is one hop of a path into a value: a field name, or a list index
+// when isIndex is set.
 type step struct {
 	field   string
 	index   int64
 	isIndex bool
 }
 
-// binding is a path into args that a clause reads, such as
-// args.account.balance; its value is shown when the clause fails.
+// binding is a path into a variable (args, or after the call result and
+// status) that a clause reads, such as args.account.balance; its value is
+// shown when the clause fails. A path read inside old(...) is its own
+// binding, written old(args.balance).
 type binding struct {
 	text  string
+	root  string
 	steps []step
 }
 
-// bindings returns the paths into args that expr reads, in source order,
-// each once. A path stops at the first hop that is not a constant field or
-// index, e.g. args.items[i] is reported as args.items.
-func bindings(expr celast.Expr) []binding {
+// oldFunc is the postcondition function that reads the values before the
+// call.
+const oldFunc = "old"
+
+// bindings returns the paths into the variables roots that expr reads, in
+// source order, each once. A path stops at the first hop that is not a
+// constant field or index, e.g. args.items[i] is reported as args.items.
+func bindings(expr celast.Expr, roots ...string) []binding {
+	if len(roots) == 0 {
+		roots = []string{argsVar}
+	}
 	var out []binding
 	seen := map[string]bool{}
-	var walk func(e celast.Expr, shadowed bool)
-	walk = func(e celast.Expr, shadowed bool) {
-		if !shadowed {
-			if steps, ok := argsPath(e); ok {
-				b := binding{text: renderPath(steps), steps: steps}
-				if !seen[b.text] {
-					seen[b.text] = true
-					out = append(out, b)
-				}
-				return
-			}
+	add := func(b binding) {
+		if !seen[b.text] {
+			seen[b.text] = true
+			out = append(out, b)
+		}
+	}
+	var walk func(e celast.Expr, shadowed map[string]bool)
+	walk = func(e celast.Expr, shadowed map[string]bool) {
+		if root, steps, ok := rootPath(e, roots, shadowed); ok {
+			add(binding{text: renderPath(root, steps), root: root, steps: steps})
+			return
 		}
 		switch e.Kind() {
 		case celast.SelectKind:
 			walk(e.AsSelect().Operand(), shadowed)
 		case celast.CallKind:
 			c := e.AsCall()
+			if c.FunctionName() == oldFunc && len(c.Args()) == 1 && !c.IsMemberFunction() {
+				if root, steps, ok := rootPath(c.Args()[0], roots, shadowed); ok {
+					add(binding{text: oldFunc + "(" + renderPath(root, steps) + ")", root: root, steps: steps})
+					return
+				}
+			}
 			if c.IsMemberFunction() {
 				walk(c.Target(), shadowed)
 			}
@@ -120,54 +138,65 @@ func bindings(expr celast.Expr) []binding {
 			c := e.AsComprehension()
 			walk(c.IterRange(), shadowed)
 			walk(c.AccuInit(), shadowed)
-			// A loop variable named args hides the real one inside the loop.
-			inner := shadowed || c.IterVar() == argsVar || c.IterVar2() == argsVar || c.AccuVar() == argsVar
+			// A loop variable named like a root hides the real one inside
+			// the loop.
+			inner := shadowed
+			for _, v := range []string{c.IterVar(), c.IterVar2(), c.AccuVar()} {
+				if v != "" && slices.Contains(roots, v) && !inner[v] {
+					inner = maps.Clone(inner)
+					if inner == nil {
+						inner = map[string]bool{}
+					}
+					inner[v] = true
+				}
+			}
 			walk(c.LoopCondition(), inner)
 			walk(c.LoopStep(), inner)
 			walk(c.Result(), inner)
 		}
 	}
-	walk(expr, false)
+	walk(expr, nil)
 	return out
 }
 
-// argsPath reports whether e is args followed only by constant field and
-// index hops, and returns those hops.
-func argsPath(e celast.Expr) ([]step, bool) {
+// rootPath reports whether e is one of roots (not shadowed) followed only
+// by constant field and index hops, and returns the root and those hops.
+func rootPath(e celast.Expr, roots []string, shadowed map[string]bool) (string, []step, bool) {
 	switch e.Kind() {
 	case celast.IdentKind:
-		return nil, e.AsIdent() == argsVar
+		id := e.AsIdent()
+		return id, nil, slices.Contains(roots, id) && !shadowed[id]
 	case celast.SelectKind:
 		s := e.AsSelect()
-		steps, ok := argsPath(s.Operand())
+		root, steps, ok := rootPath(s.Operand(), roots, shadowed)
 		if !ok {
-			return nil, false
+			return "", nil, false
 		}
-		return append(steps, step{field: s.FieldName()}), true
+		return root, append(steps, step{field: s.FieldName()}), true
 	case celast.CallKind:
 		c := e.AsCall()
 		if c.FunctionName() != operators.Index || len(c.Args()) != 2 || c.Args()[1].Kind() != celast.LiteralKind {
-			return nil, false
+			return "", nil, false
 		}
-		steps, ok := argsPath(c.Args()[0])
+		root, steps, ok := rootPath(c.Args()[0], roots, shadowed)
 		if !ok {
-			return nil, false
+			return "", nil, false
 		}
 		switch key := c.Args()[1].AsLiteral().(type) {
 		case types.String:
-			return append(steps, step{field: string(key)}), true
+			return root, append(steps, step{field: string(key)}), true
 		case types.Int:
-			return append(steps, step{index: int64(key), isIndex: true}), true
+			return root, append(steps, step{index: int64(key), isIndex: true}), true
 		}
 	}
-	return nil, false
+	return "", nil, false
 }
 
 // renderPath writes steps the way a clause author would: args.a.b, or
 // args["odd-key"] and args.items[0] where a dot cannot be used.
-func renderPath(steps []step) string {
+func renderPath(root string, steps []step) string {
 	var b strings.Builder
-	b.WriteString(argsVar)
+	b.WriteString(root)
 	for _, s := range steps {
 		switch {
 		case s.isIndex:
@@ -196,9 +225,8 @@ func isIdentifier(s string) bool {
 	return true
 }
 
-// lookup follows steps into normalized args.
-func lookup(args map[string]any, steps []step) (any, bool) {
-	var cur any = args
+// lookup follows steps into a normalized value.
+func lookup(cur any, steps []step) (any, bool) {
 	for _, s := range steps {
 		switch v := cur.(type) {
 		case map[string]any:
@@ -226,10 +254,10 @@ func lookup(args map[string]any, steps []step) (any, bool) {
 // or "" when there is nothing to show. An absent path is shown as <missing>
 // unless skipMissing is set, which an evaluation error uses because its own
 // text ("no such key: x") already names it.
-func describe(bs []binding, args map[string]any, skipMissing bool) string {
+func describe(bs []binding, vars map[string]any, skipMissing bool) string {
 	var parts []string
 	for _, b := range bs {
-		v, ok := lookup(args, b.steps)
+		v, ok := valueOf(b, vars)
 		switch {
 		case ok:
 			parts = append(parts, b.text+" = "+formatValue(v))
@@ -241,6 +269,16 @@ func describe(bs []binding, args map[string]any, skipMissing bool) string {
 		return ""
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// valueOf is b's value among the variables vars, which hold normalized
+// values; a missing root is a missing value.
+func valueOf(b binding, vars map[string]any) (any, bool) {
+	root, ok := vars[b.root]
+	if !ok {
+		return nil, false
+	}
+	return lookup(root, b.steps)
 }
 
 // formatValue writes v as JSON, which is deterministic (sorted keys) and

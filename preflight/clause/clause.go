@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/contractrefine/autonomy/preflight"
 )
@@ -55,6 +56,11 @@ type contract struct {
 	message        string
 	checks         []check // preconditions, then invariants, in declared order
 	postconditions []string
+	// post are the compiled postconditions, in declared order.
+	post []check
+	// strict is false when the contract says strict: false: a failed
+	// postcondition is then a warning.
+	strict bool
 }
 
 // check is one precondition or invariant, ready to evaluate.
@@ -82,11 +88,16 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clause: build CEL environment: %w", err)
 	}
-	// old(...) is declared without an implementation: postconditions are
-	// type-checked but never turned into programs until a response hook exists.
+	// Postconditions also read the response (result, status) and old(e),
+	// the value e had before the call. Before the call there are only the
+	// args, so e may read nothing else (checkOld), and the args a
+	// postcondition is evaluated with are the ones the gate captured from
+	// the request before the call: old(e) is e over them.
 	postEnv, err := argsEnv.Extend(
-		cel.Variable("result", cel.DynType),
-		cel.Function("old", cel.Overload("old_dyn", []*cel.Type{cel.DynType}, cel.DynType)),
+		cel.Variable(resultVar, cel.DynType),
+		cel.Variable(statusVar, cel.IntType),
+		cel.Function(oldFunc, cel.Overload("old_dyn", []*cel.Type{cel.DynType}, cel.DynType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val { return v }))),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("clause: build CEL postcondition environment: %w", err)
@@ -101,6 +112,7 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 		}
 		c := &contract{
 			enforced:       spec.Validate == nil || *spec.Validate,
+			strict:         spec.Strict == nil || *spec.Strict,
 			message:        spec.Message,
 			postconditions: slices.Clone(spec.Postconditions),
 		}
@@ -111,34 +123,40 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 		}{
 			{Preconditions, "precondition", ReasonPrecondition, spec.Preconditions, argsEnv},
 			{Invariants, "invariant", ReasonInvariant, spec.Invariants, argsEnv},
-			{Postconditions, "postcondition", "", spec.Postconditions, postEnv},
+			{Postconditions, preflight.ClausePostcondition, preflight.ReasonPostconditionViolated, spec.Postconditions, postEnv},
 		}
 		for _, l := range lists {
 			for i, expr := range l.exprs {
 				at := Problem{Kind: kind, Clause: l.name, Index: i, Expression: expr}
 				ast, found := compileBool(l.env, expr, at)
+				if len(found) == 0 && l.name == Postconditions {
+					found = checkOld(ast.NativeRep().Expr(), expr, at)
+				}
 				if len(found) > 0 {
 					problems = append(problems, found...)
 					continue
 				}
 				s.compiled++
-				if l.name == Postconditions {
-					continue
-				}
 				prg, err := l.env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
 				if err != nil {
 					at.Message = "prepare program: " + err.Error()
 					problems = append(problems, at)
 					continue
 				}
-				c.checks = append(c.checks, check{
+				ck := check{
 					clause:     l.singular,
 					reason:     l.reason,
 					index:      i,
 					expression: expr,
 					program:    prg,
 					bindings:   bindings(ast.NativeRep().Expr()),
-				})
+				}
+				if l.name == Postconditions {
+					ck.bindings = bindings(ast.NativeRep().Expr(), argsVar, resultVar, statusVar)
+					c.post = append(c.post, ck)
+					continue
+				}
+				c.checks = append(c.checks, ck)
 			}
 		}
 		s.contracts[kind] = c
@@ -225,7 +243,7 @@ func (s *Set) Check(kind string, args map[string]any) []preflight.ClauseViolatio
 	activation := map[string]any{argsVar: norm}
 	var out []preflight.ClauseViolation
 	for _, ck := range c.checks {
-		msg, ok := ck.eval(activation, norm, c.message)
+		msg, ok := ck.eval(activation, c.message)
 		if ok {
 			continue
 		}
@@ -262,14 +280,14 @@ func (s *Set) Unseen(kind string) []preflight.ClauseViolation {
 // true; otherwise msg says why. The contract's message replaces the default
 // opening of a false clause's message but not an evaluation error's, which
 // the operator needs to see to fix the bundle or the caller.
-func (ck *check) eval(activation map[string]any, args map[string]any, override string) (msg string, ok bool) {
+func (ck *check) eval(activation map[string]any, override string) (msg string, ok bool) {
 	val, _, err := ck.program.Eval(activation)
 	if err != nil {
-		return fmt.Sprintf("%s could not be evaluated: %s: %v%s", ck.clause, ck.expression, err, describe(ck.bindings, args, true)), false
+		return fmt.Sprintf("%s could not be evaluated: %s: %v%s", ck.clause, ck.expression, err, describe(ck.bindings, activation, true)), false
 	}
 	held, isBool := val.Value().(bool)
 	if !isBool {
-		return fmt.Sprintf("%s could not be evaluated: %s: result is %s, not bool%s", ck.clause, ck.expression, val.Type().TypeName(), describe(ck.bindings, args, true)), false
+		return fmt.Sprintf("%s could not be evaluated: %s: result is %s, not bool%s", ck.clause, ck.expression, val.Type().TypeName(), describe(ck.bindings, activation, true)), false
 	}
 	if held {
 		return "", true
@@ -277,9 +295,9 @@ func (ck *check) eval(activation map[string]any, args map[string]any, override s
 	if override != "" {
 		// The operator's words lead; the expression and the values it read
 		// follow, as in every violation message (SPEC §7).
-		return override + ": " + ck.expression + describe(ck.bindings, args, false), false
+		return override + ": " + ck.expression + describe(ck.bindings, activation, false), false
 	}
-	return fmt.Sprintf("%s violated: %s%s", ck.clause, ck.expression, describe(ck.bindings, args, false)), false
+	return fmt.Sprintf("%s violated: %s%s", ck.clause, ck.expression, describe(ck.bindings, activation, false)), false
 }
 
 func (s *Set) contract(kind string) *contract {

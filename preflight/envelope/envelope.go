@@ -31,6 +31,9 @@ type Envelope struct {
 	ToolPolicy   ToolPolicy
 	Budget       Budget
 	Approval     ApprovalPolicy
+	// OutputMaxBytes is outputContract.maxBytes: the largest tool response
+	// body the caller accepts (SPEC §12); 0 when it is absent.
+	OutputMaxBytes int
 }
 
 // ApprovalPolicy is the envelope's approvalPolicy. With Mode "always", a

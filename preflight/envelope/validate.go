@@ -191,6 +191,7 @@ func build(obj map[string]any, input json.RawMessage, ts, deadline time.Time) *E
 	tool, _ := obj["toolPolicy"].(map[string]any)
 	budget, _ := obj["budget"].(map[string]any)
 	approval, _ := obj["approvalPolicy"].(map[string]any)
+	output, _ := obj["outputContract"].(map[string]any)
 	allowSideEffects, _ := tool["allowSideEffects"].(bool)
 	return &Envelope{
 		ContractVersion: stringAt(obj, "contractVersion"),
@@ -216,6 +217,7 @@ func build(obj map[string]any, input json.RawMessage, ts, deadline time.Time) *E
 			TimeoutSeconds: intOf(approval["timeoutSeconds"]),
 			AuthorityRefs:  stringsOf(approval["authorityRefs"]),
 		},
+		OutputMaxBytes: intOf(output["maxBytes"]),
 	}
 }
 

@@ -360,6 +360,10 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if in.hasSession {
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt
 	}
+	if in.env != nil {
+		// The gate holds the tool's response to it (SPEC §12).
+		rec.OutputMaxBytes = int64(in.env.OutputMaxBytes)
+	}
 	return rec, nil
 }
 

@@ -1,0 +1,395 @@
+package binding
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+
+	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// HeaderPostconditionWarning is set on a response that passed although a
+// strict: false postcondition failed on it (SPEC §12).
+const HeaderPostconditionWarning = "x-autonomy-postcondition-warning"
+
+// OutcomeStore is the durable state the outcome of a call needs: the
+// decision that let it through (found again when the caller does not hold
+// it: Envoy's ext_proc stream, a restart between the Check and the
+// response), the preflight's output contract, and the frame it writes.
+type OutcomeStore interface {
+	CallDecision(ctx context.Context, auditID, requestID string) (wal.Frame, error)
+	OutputMaxBytes(ctx context.Context, preflightID string) (int64, error)
+	AppendOutcome(ctx context.Context, rec wal.OutcomeRecord) (wal.Frame, error)
+}
+
+var _ OutcomeStore = (*wal.DB)(nil)
+
+// OutcomeObserver is told about each recorded outcome; metrics implement
+// it.
+type OutcomeObserver interface {
+	Outcome(v *Verdict, took time.Duration)
+}
+
+// Response is a tool's response as the proxy saw it.
+type Response struct {
+	Status int
+	Body   []byte
+	// Err, when set, says the response could not be processed whole (a body
+	// over the limit, a broken stream, a timeout, a message out of order):
+	// it is judged unverified, never as passing.
+	Err error
+}
+
+// Exchange is one gated request and its response.
+type Exchange struct {
+	// Request is the request as the gate's Check saw it.
+	Request *Request
+	// Decision is the gate's decision on Request when the caller holds it
+	// (the built-in gateway). Nil makes Outcome find it from the request's
+	// x-autonomy-audit-id and x-request-id in the store.
+	Decision *Decision
+	Response Response
+	// ReportedBy names who saw the response (wal.ReporterEnvoy, …);
+	// Reporter names the token of a runtime's own report.
+	ReportedBy, Reporter string
+}
+
+// Verdict is what the proxy does with a response.
+type Verdict struct {
+	// Judged is false when the request is not a gated call that the gate
+	// let through: nothing was recorded and the response passes as it is.
+	Judged bool
+	// Release is true when the tool's response may pass; otherwise the
+	// caller gets Status and Body instead.
+	Release bool
+	Status  int
+	Body    []byte
+	// Warning, when set, is the value of HeaderPostconditionWarning.
+	Warning string
+	AuditID string
+	// Attrs are the recorded frame's attrs.
+	Attrs wal.OutcomeAttrs
+	// Violation is the clause that decided a violated outcome, if any.
+	Violation *wal.OutcomeClause
+}
+
+// outputLimitCacheSize bounds the cache of the output contracts of
+// preflights, which never change once recorded.
+const outputLimitCacheSize = 4096
+
+// outcomes is the gate's state for judging responses.
+type outcomes struct {
+	store  OutcomeStore
+	limits *expirable.LRU[string, int64]
+}
+
+func newOutcomes(o *Options) outcomes {
+	s := o.Outcomes
+	if s == nil {
+		s, _ = o.Store.(OutcomeStore)
+	}
+	return outcomes{store: s, limits: expirable.NewLRU[string, int64](outputLimitCacheSize, nil, o.CacheTTL)}
+}
+
+// errNoDecision is a response whose request no allowed decision is known
+// for.
+var errNoDecision = errors.New("no decision let this request through")
+
+// Outcome judges a gated call's response (SPEC §12): it evaluates the
+// capability's postconditions and invariants and the preflight's output
+// contract on it, writes one autonomy.outcome frame under the call's audit
+// id, and returns the verdict once the frame is durable. Envoy's ext_proc
+// adapter, the built-in gateway and POST /v1/outcome all come here. A
+// response it cannot judge is never released as passing in enforce mode.
+func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
+	start := time.Now()
+	now := g.o.Now()
+	if g.o.Mode == ModeDisabled || x.Request == nil {
+		return Verdict{Release: true}
+	}
+	r := x.Request
+	c := &call{req: r, requestID: r.Headers[HeaderRequestID]}
+	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
+	if g.undescribed(r) != nil {
+		c.gated = true
+	}
+	if !c.gated {
+		return Verdict{Release: true}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			g.o.Logger.ErrorContext(ctx, "outcome panicked; refusing the response", "panic", fmt.Sprint(p))
+			v = g.refuse(v)
+		}
+		if g.o.Observer != nil {
+			if ob, ok := g.o.Observer.(OutcomeObserver); ok && v.Judged {
+				ob.Outcome(&v, time.Since(start))
+			}
+		}
+	}()
+	pol := g.o.Policy()
+	attrs := wal.OutcomeAttrs{Mode: string(g.o.Mode), RequestID: text(c.requestID), ReportedBy: x.ReportedBy,
+		Reporter: x.Reporter, Status: x.Response.Status}
+	attrs.ResponseBytes = int64(len(x.Response.Body))
+	sum := sha256.Sum256(x.Response.Body)
+	attrs.ResponseDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if pol != nil {
+		attrs.BundleRevision = pol.Revision()
+	}
+
+	d, err := g.decisionFor(ctx, x, c)
+	auditID := r.Headers[HeaderAuditID]
+	if d != nil {
+		auditID = d.AuditID
+		attrs.StepID, attrs.ToolKind, attrs.PreflightID = d.StepID, text(d.ToolKind), d.PreflightID
+	}
+	if auditID == "" && g.o.NewID != nil {
+		auditID = g.o.NewID()
+	}
+	v = Verdict{Judged: true, AuditID: auditID}
+	if err == nil && x.Response.Err != nil {
+		err = x.Response.Err
+	}
+	if err == nil && pol == nil {
+		err = errors.New("no policy bundle loaded")
+	}
+	if err == nil {
+		if rerr := g.readCall(c); rerr != nil {
+			err = fmt.Errorf("request: %w", rerr)
+		} else if d.ToolKind != "" && c.kind != d.ToolKind {
+			err = fmt.Errorf("the request names tool kind %q, its decision %q", c.kind, d.ToolKind)
+		}
+	}
+	var clauses []wal.OutcomeClause
+	if err == nil {
+		result, isJSON := DecodeResult(x.Response.Body)
+		attrs.ResultJSON = isJSON
+		if oc, ok := pol.Clauses().(preflight.OutcomeClauses); ok {
+			for _, cr := range oc.After(c.kind, preflight.AfterCall{Args: c.argsMap, Result: result, Status: x.Response.Status}) {
+				clauses = append(clauses, wal.OutcomeClause{Kind: cr.Clause, Index: cr.Index, Expression: cr.Expression,
+					Bindings: cr.Bindings, Held: cr.Held, Strict: cr.Strict, Message: cr.Message, Reason: reasonIfFailed(cr.Held, cr.Reason)})
+			}
+		}
+		if d.PreflightID != "" {
+			limit, lerr := g.outputLimit(ctx, d.PreflightID)
+			if lerr != nil {
+				err = fmt.Errorf("read the output contract: %w", lerr)
+			} else if limit > 0 {
+				clauses = append(clauses, outputContractClause(limit, attrs.ResponseBytes))
+			}
+		}
+	}
+	if clauses == nil {
+		clauses = []wal.OutcomeClause{}
+	}
+	attrs.Clauses = clauses
+	if err != nil {
+		attrs.Outcome, attrs.Reason, attrs.Detail = wal.OutcomeViolated, preflight.ReasonOutcomeUnverified, err.Error()
+		attrs.Enforced = g.o.Mode == ModeEnforce
+		g.o.Logger.WarnContext(ctx, "tool response could not be judged", "audit_id", auditID, "request_id", c.requestID, "err", err)
+	} else {
+		g.judge(&attrs, &v)
+	}
+	v.Attrs = attrs
+	v.Release = !attrs.Enforced
+	if !v.Release {
+		v.Status, v.Body = http.StatusBadGateway, violationBody(&attrs, auditID, v.Violation)
+	}
+	if _, werr := g.outcomes.store.AppendOutcome(ctx, wal.OutcomeRecord{AuditID: auditID, Time: now, Attrs: attrs}); werr != nil {
+		g.o.Logger.ErrorContext(ctx, "cannot write outcome frame; refusing the response", "audit_id", auditID, "err", werr)
+		return g.refuse(v)
+	}
+	g.o.Logger.InfoContext(ctx, "outcome", "audit_id", auditID, "outcome", attrs.Outcome, "reason", attrs.Reason,
+		"enforced", attrs.Enforced, "status", attrs.Status, "tool_kind", attrs.ToolKind, "request_id", attrs.RequestID)
+	return v
+}
+
+// judge sets the outcome from the clause results: the first strict
+// failure decides (enforced in enforce mode); failures of strict: false
+// postconditions alone pass with a warning.
+func (g *Gate) judge(attrs *wal.OutcomeAttrs, v *Verdict) {
+	attrs.Outcome, attrs.Reason = wal.OutcomeOK, preflight.ReasonOutcomeOK
+	var warning *wal.OutcomeClause
+	for i := range attrs.Clauses {
+		cl := &attrs.Clauses[i]
+		if cl.Held {
+			continue
+		}
+		if !cl.Strict {
+			if warning == nil {
+				warning = cl
+			}
+			continue
+		}
+		attrs.Outcome, attrs.Reason = wal.OutcomeViolated, cl.Reason
+		attrs.Enforced = g.o.Mode == ModeEnforce
+		v.Violation = cl
+		return
+	}
+	if warning != nil {
+		attrs.Outcome, attrs.Reason = wal.OutcomeViolated, warning.Reason
+		v.Violation = warning
+		if g.o.Mode == ModeEnforce {
+			attrs.Warning = true
+			v.Warning = warning.Reason
+		}
+	}
+}
+
+// refuse turns v into a 502 that names no clause: the response could not
+// be judged or its judgement not recorded.
+func (g *Gate) refuse(v Verdict) Verdict {
+	v.Judged, v.Release, v.Warning, v.Violation = true, false, "", nil
+	v.Attrs.Outcome, v.Attrs.Reason, v.Attrs.Enforced = wal.OutcomeViolated, preflight.ReasonOutcomeUnverified, true
+	v.Status, v.Body = http.StatusBadGateway, violationBody(&v.Attrs, v.AuditID, nil)
+	return v
+}
+
+// decisionFor is the decision that let x's request through: the one the
+// caller holds, or the decision frame the store has for its audit id and
+// request id.
+func (g *Gate) decisionFor(ctx context.Context, x *Exchange, c *call) (*Decision, error) {
+	if x.Decision != nil {
+		if !x.Decision.Allowed || !x.Decision.Gated {
+			return nil, errNoDecision
+		}
+		return x.Decision, nil
+	}
+	auditID := c.req.Headers[HeaderAuditID]
+	if auditID == "" || c.requestID == "" {
+		return nil, fmt.Errorf("%w: the request carries no %s or no %s", errNoDecision, HeaderAuditID, HeaderRequestID)
+	}
+	if g.outcomes.store == nil {
+		return nil, errors.New("no store for outcomes")
+	}
+	f, err := g.outcomes.store.CallDecision(ctx, auditID, c.requestID)
+	if errors.Is(err, wal.ErrNotFound) {
+		return nil, fmt.Errorf("%w: none under audit id %q for request id %q", errNoDecision, auditID, c.requestID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var a struct {
+		PreflightID string `json:"preflight_id"`
+		StepID      string `json:"step_id"`
+		ToolKind    string `json:"tool_kind"`
+		Mode        string `json:"mode"`
+	}
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return nil, fmt.Errorf("%w: decision frame %d: %v", wal.ErrCorrupt, f.Seq, err)
+	}
+	return &Decision{Allowed: true, Gated: true, AuditID: auditID, Mode: Mode(a.Mode), PreflightID: a.PreflightID,
+		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: c.requestID}, nil
+}
+
+// outputLimit is the outputContract.maxBytes of a preflight, cached: it
+// never changes once recorded.
+func (g *Gate) outputLimit(ctx context.Context, preflightID string) (int64, error) {
+	if n, ok := g.outcomes.limits.Get(preflightID); ok {
+		return n, nil
+	}
+	if g.outcomes.store == nil {
+		return 0, errors.New("no store for outcomes")
+	}
+	n, err := g.outcomes.store.OutputMaxBytes(ctx, preflightID)
+	if err != nil {
+		return 0, err
+	}
+	g.outcomes.limits.Add(preflightID, n)
+	return n, nil
+}
+
+// outputContractClause is the output contract's row: the response body
+// against the envelope's outputContract.maxBytes.
+func outputContractClause(limit, size int64) wal.OutcomeClause {
+	cl := wal.OutcomeClause{Kind: preflight.ClauseOutputContract, Expression: "size(response) <= outputContract.maxBytes",
+		Bindings: map[string]any{"outputContract.maxBytes": limit, "size(response)": size}, Held: size <= limit, Strict: true}
+	if !cl.Held {
+		cl.Reason = preflight.ReasonOutputContractViolated
+		cl.Message = "output contract violated: the response body is " + strconv.FormatInt(size, 10) +
+			" bytes, over the envelope's outputContract.maxBytes of " + strconv.FormatInt(limit, 10)
+	}
+	return cl
+}
+
+func reasonIfFailed(held bool, reason string) string {
+	if held {
+		return ""
+	}
+	return reason
+}
+
+// DecodeResult reads a response body as the JSON value postconditions see
+// as result. It reports false, and result is nil (CEL's null), when the
+// body is not one JSON text in UTF-8, or holds what readers read apart (a
+// member named twice, names that differ only in case, a number beyond the
+// double's range): a result the caller's parser may read otherwise is not
+// judged in one reading.
+func DecodeResult(body []byte) (result any, isJSON bool) {
+	if len(body) == 0 || canon.CheckText(body) != nil {
+		return nil, false
+	}
+	doc, err := parseBody(body)
+	if err != nil || checkValues(doc) != nil {
+		return nil, false
+	}
+	return doc, true
+}
+
+// violationBody is the 502 body of SPEC §12:
+// {"error":{"code","reason","audit_id","clause":{"kind","expression","bindings","message"}}};
+// without a clause for a response that could not be judged.
+func violationBody(a *wal.OutcomeAttrs, auditID string, cl *wal.OutcomeClause) []byte {
+	type clauseBody struct {
+		Kind       string         `json:"kind"`
+		Expression string         `json:"expression"`
+		Bindings   map[string]any `json:"bindings"`
+		Message    string         `json:"message"`
+	}
+	type errBody struct {
+		Code    string      `json:"code"`
+		Reason  string      `json:"reason"`
+		AuditID string      `json:"audit_id"`
+		Clause  *clauseBody `json:"clause,omitempty"`
+	}
+	d := Decision{Reason: a.Reason}
+	e := errBody{Code: d.Code(), Reason: a.Reason, AuditID: auditID}
+	if cl != nil {
+		b := cl.Bindings
+		if b == nil {
+			b = map[string]any{}
+		}
+		e.Clause = &clauseBody{Kind: cl.Kind, Expression: cl.Expression, Bindings: b, Message: cl.Message}
+	}
+	out, err := marshalBody(e)
+	if err != nil {
+		// Bindings hold decoded JSON values, which always encode; keep a
+		// body the caller can read anyway.
+		e.Clause.Bindings = map[string]any{}
+		out, _ = marshalBody(e)
+	}
+	return out
+}
+
+// marshalBody writes {"error": e} without HTML escaping, so an expression
+// such as args.n < 5 reads as written.
+func marshalBody(e any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]any{"error": e}); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,399 @@
+package extauthz_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/extauthz"
+	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
+	"github.com/contractrefine/autonomy/internal/ids"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// outcomeData declares after-call clauses: a ledger debit whose result
+// must be the balance before the call less the amount, the same with
+// strict: false, and an echo with no contract.
+const outcomeData = `autonomy:
+  capabilities:
+    tool.echo: { zones: ["*"] }
+    ledger.debit:
+      zones: ["*"]
+      contract:
+        postconditions: ["status == 200", "result.balance == old(args.balance) - args.amount"]
+        invariants: ["args.amount > 0"]
+        message: "the balance must drop by the amount"
+    ledger.soft:
+      zones: ["*"]
+      contract:
+        postconditions: ["result.balance == old(args.balance) - args.amount"]
+        strict: false
+`
+
+// outcomeEnv is a gate over a real WAL and bundle with both Envoy services
+// on one real gRPC server.
+type outcomeEnv struct {
+	*env
+	authz authv3.AuthorizationClient
+	proc  extprocv3.ExternalProcessorClient
+	stop  func()
+}
+
+func newOutcomeEnv(t *testing.T, mode binding.Mode, o extauthz.ProcessorOptions) *outcomeEnv {
+	t.Helper()
+	dir := t.TempDir()
+	return startOutcomeEnv(t, dir, mode, o)
+}
+
+func startOutcomeEnv(t *testing.T, dir string, mode binding.Mode, o extauthz.ProcessorOptions) *outcomeEnv {
+	t.Helper()
+	b := bundletest.Load(t, map[string]string{"policy.rego": testPolicy, "data.yaml": outcomeData}, nil)
+	db, err := wal.Open(filepath.Join(dir, "wal"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, db: db, now: time.Now().UTC()}
+	e.gate = binding.New(binding.Options{Store: db, Log: db, Outcomes: db, Policy: func() binding.Policy { return b }, Mode: mode,
+		Now: e.clock, NewID: ids.Audit})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	extauthz.NewServer(e.gate).Register(srv)
+	extauthz.NewProcessor(e.gate, o).Register(srv)
+	go srv.Serve(ln)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			conn.Close()
+			srv.Stop()
+			db.Close()
+		}
+	}
+	t.Cleanup(stop)
+	return &outcomeEnv{env: e, authz: authv3.NewAuthorizationClient(conn),
+		proc: extprocv3.NewExternalProcessorClient(conn), stop: stop}
+}
+
+// allow runs the ext_authz Check Envoy makes first and returns the audit
+// id it adds to the request.
+func (e *outcomeEnv) allow(t *testing.T, kind string, args map[string]any, requestID string) string {
+	t.Helper()
+	resp := check(t, e.authz, envoyCheck(kind, args, "", requestID))
+	if resp.GetOkResponse() == nil {
+		t.Fatalf("Check denied %s: %v", kind, resp)
+	}
+	return headerValues(resp.GetOkResponse().GetHeaders())[binding.HeaderAuditID]
+}
+
+func hm(kv ...string) *corev3.HeaderMap {
+	m := &corev3.HeaderMap{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return m
+}
+
+// envoyRequest is the request half Envoy sends with both bodies buffered:
+// the request headers as ext_authz left them (its audit id added), then
+// the whole body.
+func envoyRequest(kind string, args map[string]any, requestID, auditID string) []*extprocv3.ProcessingRequest {
+	body, _ := json.Marshal(map[string]any{"kind": kind, "args": args})
+	return []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm(
+			":authority", "tools.internal", ":method", "POST", ":path", "/v1/tool", ":scheme", "http",
+			"content-type", "application/json", "content-length", strconv.Itoa(len(body)),
+			"x-request-id", requestID, binding.HeaderAuditID, auditID)}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+	}
+}
+
+func envoyResponse(status int, body string) []*extprocv3.ProcessingRequest {
+	headers := &extprocv3.HttpHeaders{Headers: hm(":status", strconv.Itoa(status), "content-type", "application/json",
+		"content-length", strconv.Itoa(len(body))), EndOfStream: body == ""}
+	out := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers}}}
+	if body != "" {
+		out = append(out, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}})
+	}
+	return out
+}
+
+// exchange sends msgs one at a time, as Envoy does, and returns each
+// answer; it stops at an immediate response.
+func (e *outcomeEnv) exchange(t *testing.T, msgs []*extprocv3.ProcessingRequest) []*extprocv3.ProcessingResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.proc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*extprocv3.ProcessingResponse
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("recv after %T: %v", m.Request, err)
+		}
+		out = append(out, r)
+		if r.GetImmediateResponse() != nil {
+			break
+		}
+	}
+	stream.CloseSend()
+	return out
+}
+
+// outcomes reads the outcome frames under auditID.
+func (e *outcomeEnv) outcomes(t *testing.T, auditID string) []wal.OutcomeAttrs {
+	t.Helper()
+	frames, err := e.db.AuditFramesOf(context.Background(), auditID, []string{wal.KindOutcome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []wal.OutcomeAttrs
+	for _, f := range frames {
+		a, err := f.Outcome()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// waitOutcomes polls for n outcome frames: a stream that breaks is judged
+// after the client has gone, so the test cannot wait on an answer.
+func (e *outcomeEnv) waitOutcomes(t *testing.T, auditID string, n int) []wal.OutcomeAttrs {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := e.outcomes(t, auditID)
+		if len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type violation struct {
+	Error struct {
+		Code    string `json:"code"`
+		Reason  string `json:"reason"`
+		AuditID string `json:"audit_id"`
+		Clause  *struct {
+			Kind       string         `json:"kind"`
+			Expression string         `json:"expression"`
+			Bindings   map[string]any `json:"bindings"`
+			Message    string         `json:"message"`
+		} `json:"clause"`
+	} `json:"error"`
+}
+
+func TestExtProcAsEnvoySendsIt(t *testing.T) {
+	debit := map[string]any{"balance": 100, "amount": 25}
+	tests := map[string]struct {
+		mode     binding.Mode
+		opts     extauthz.ProcessorOptions
+		kind     string
+		args     map[string]any
+		status   int
+		body     string
+		want     string // "pass", "warn" or "502"
+		outcome  string
+		reason   string
+		enforced bool
+		clause   string // the expression the 502 names
+	}{
+		"headers only, no contract": {kind: "tool.echo", args: map[string]any{}, status: 204,
+			want: "pass", outcome: "ok", reason: "outcome: ok"},
+		"buffered bodies, the postcondition holds": {kind: "ledger.debit", args: debit, status: 200, body: `{"balance":75}`,
+			want: "pass", outcome: "ok", reason: "outcome: ok"},
+		"a wrong result is replaced by a 502": {kind: "ledger.debit", args: debit, status: 200, body: `{"balance":50}`,
+			want: "502", outcome: "violated", reason: "clause: postcondition_violated", enforced: true,
+			clause: "result.balance == old(args.balance) - args.amount"},
+		"a status the postcondition refuses": {kind: "ledger.debit", args: debit, status: 500, body: `{"balance":75}`,
+			want: "502", outcome: "violated", reason: "clause: postcondition_violated", enforced: true, clause: "status == 200"},
+		"a body that is not JSON is result null": {kind: "ledger.debit", args: debit, status: 200, body: `balance=75`,
+			want: "502", outcome: "violated", reason: "clause: postcondition_violated", enforced: true,
+			clause: "result.balance == old(args.balance) - args.amount"},
+		"an oversized body is never passed": {kind: "tool.echo", args: map[string]any{}, status: 200, body: `{"x":"0123456789"}`,
+			opts: extauthz.ProcessorOptions{MaxBodyBytes: 8},
+			want: "502", outcome: "violated", reason: "outcome: unverified", enforced: true},
+		"strict false passes with the warning": {kind: "ledger.soft", args: debit, status: 200, body: `{"balance":50}`,
+			want: "warn", outcome: "violated", reason: "clause: postcondition_violated"},
+		"advisory records and passes": {mode: binding.ModeAdvisory, kind: "ledger.debit", args: debit, status: 200,
+			body: `{"balance":50}`, want: "pass", outcome: "violated", reason: "clause: postcondition_violated"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			mode := tc.mode
+			if mode == "" {
+				mode = binding.ModeEnforce
+			}
+			e := newOutcomeEnv(t, mode, tc.opts)
+			auditID := e.allow(t, tc.kind, tc.args, "req-1")
+			msgs := append(envoyRequest(tc.kind, tc.args, "req-1", auditID), envoyResponse(tc.status, tc.body)...)
+			answers := e.exchange(t, msgs)
+			// Request headers and body are answered in kind.
+			if answers[0].GetRequestHeaders() == nil || answers[1].GetRequestBody() == nil {
+				t.Fatalf("request messages answered %v, %v", answers[0], answers[1])
+			}
+			last := answers[len(answers)-1]
+			switch tc.want {
+			case "502":
+				im := last.GetImmediateResponse()
+				if im == nil || im.GetStatus().GetCode() != 502 {
+					t.Fatalf("want an immediate 502, got %v", last)
+				}
+				var v violation
+				if err := json.Unmarshal(im.GetBody(), &v); err != nil {
+					t.Fatalf("502 body %s: %v", im.GetBody(), err)
+				}
+				if v.Error.Reason != tc.reason || v.Error.AuditID != auditID {
+					t.Errorf("502 body %s: want reason %s and audit id %s", im.GetBody(), tc.reason, auditID)
+				}
+				if tc.clause != "" && (v.Error.Clause == nil || v.Error.Clause.Expression != tc.clause ||
+					v.Error.Clause.Kind != "postcondition" || v.Error.Code != "postcondition_violated") {
+					t.Errorf("502 body %s: want clause %q", im.GetBody(), tc.clause)
+				}
+			case "pass", "warn":
+				if len(answers) != len(msgs) || last.GetImmediateResponse() != nil {
+					t.Fatalf("want every message answered in kind, got %v", answers)
+				}
+				common := last.GetResponseBody().GetResponse()
+				if tc.body == "" {
+					common = last.GetResponseHeaders().GetResponse()
+				}
+				var warning string
+				for _, h := range common.GetHeaderMutation().GetSetHeaders() {
+					if h.GetHeader().GetKey() == binding.HeaderPostconditionWarning {
+						warning = string(h.GetHeader().GetRawValue())
+					}
+				}
+				if (tc.want == "warn") != (warning != "") {
+					t.Errorf("warning header %q, want it set: %v", warning, tc.want == "warn")
+				}
+			}
+			got := e.outcomes(t, auditID)
+			if len(got) != 1 {
+				t.Fatalf("want one outcome frame, got %+v", got)
+			}
+			a := got[0]
+			if a.Outcome != tc.outcome || a.Reason != tc.reason || a.Enforced != tc.enforced || a.Status != tc.status ||
+				a.RequestID != "req-1" || a.ToolKind != tc.kind || a.ReportedBy != wal.ReporterEnvoy {
+				t.Errorf("outcome frame %+v, want outcome %s reason %s enforced %v status %d", a, tc.outcome, tc.reason, tc.enforced, tc.status)
+			}
+		})
+	}
+}
+
+// TestExtProcNeverPassesABrokenStream: a stream that ends, or runs out of
+// time, before the response is judged records the call as unverified and
+// answers nothing that would release the response.
+func TestExtProcNeverPassesABrokenStream(t *testing.T) {
+	debit := map[string]any{"balance": 100, "amount": 25}
+	t.Run("broken", func(t *testing.T) {
+		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+		auditID := e.allow(t, "ledger.debit", debit, "req-1")
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := e.proc.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range append(envoyRequest("ledger.debit", debit, "req-1", auditID), envoyResponse(200, `{"balance":75}`)[0]) {
+			if err := stream.Send(m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel() // Envoy went away between the response headers and the body
+		got := e.waitOutcomes(t, auditID, 1)
+		if len(got) != 1 || got[0].Outcome != "violated" || got[0].Reason != "outcome: unverified" || got[0].Detail == "" {
+			t.Fatalf("want one unverified outcome, got %+v", got)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{Timeout: 200 * time.Millisecond})
+		auditID := e.allow(t, "ledger.debit", debit, "req-1")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stream, err := e.proc.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range envoyRequest("ledger.debit", debit, "req-1", auditID) {
+			if err := stream.Send(m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The upstream never answers: the next thing on the stream is its end.
+		_, err = stream.Recv()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("want DEADLINE_EXCEEDED, got %v", err)
+		}
+		got := e.waitOutcomes(t, auditID, 1)
+		if len(got) != 1 || got[0].Reason != "outcome: unverified" || got[0].Status != 0 {
+			t.Fatalf("want one unverified outcome, got %+v", got)
+		}
+	})
+	t.Run("a response for no allowed request", func(t *testing.T) {
+		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+		answers := e.exchange(t, append(envoyRequest("ledger.debit", debit, "req-9", ids.Audit()), envoyResponse(200, `{"balance":75}`)...))
+		im := answers[len(answers)-1].GetImmediateResponse()
+		if im == nil || im.GetStatus().GetCode() != 502 {
+			t.Fatalf("want an immediate 502, got %v", answers)
+		}
+	})
+}
+
+// TestExtProcAfterRestart: the service restarts between Envoy's Check and
+// the response; the new process finds the decision in the WAL and the
+// outcome joins the same audit id, with the step the Check consumed.
+func TestExtProcAfterRestart(t *testing.T) {
+	debit := map[string]any{"balance": 100, "amount": 25}
+	dir := t.TempDir()
+	first := startOutcomeEnv(t, dir, binding.ModeEnforce, extauthz.ProcessorOptions{})
+	auditID := first.allow(t, "ledger.debit", debit, "req-1")
+	first.stop()
+	second := startOutcomeEnv(t, dir, binding.ModeEnforce, extauthz.ProcessorOptions{})
+	answers := second.exchange(t, append(envoyRequest("ledger.debit", debit, "req-1", auditID), envoyResponse(200, `{"balance":50}`)...))
+	if im := answers[len(answers)-1].GetImmediateResponse(); im == nil {
+		t.Fatalf("want the violation answered after the restart, got %v", answers)
+	}
+	got := second.outcomes(t, auditID)
+	if len(got) != 1 || got[0].Reason != "clause: postcondition_violated" || got[0].ToolKind != "ledger.debit" {
+		t.Fatalf("want the outcome under audit id %s, got %+v", auditID, got)
+	}
+	frames, err := second.db.AuditFramesOf(context.Background(), auditID, []string{wal.KindDecision, wal.KindOutcome})
+	if err != nil || len(frames) != 2 || frames[0].Kind != wal.KindDecision || frames[1].Kind != wal.KindOutcome {
+		t.Fatalf("want the decision then the outcome, got %v %v", frames, err)
+	}
+}
