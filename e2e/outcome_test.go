@@ -196,7 +196,7 @@ func TestOutcomeOutputContract(t *testing.T) {
 	env["outputContract"].(map[string]any)["maxBytes"] = 16
 	req := map[string]any{
 		"intent": map[string]any{"summary": "Debit an account", "plan_hash": "plan-oc-output"},
-		"plan": map[string]any{"steps": []any{map[string]any{"id": "s1", "kind": "ledger.debit.v1", "zone": "payments", "args": args}}},
+		"plan":   map[string]any{"steps": []any{map[string]any{"id": "s1", "kind": "ledger.debit.v1", "zone": "payments", "args": args}}},
 		"context": map[string]any{"actor": map[string]any{"id": "user:example", "session_id": "session:oc-output"},
 			"request": env},
 	}
