@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
@@ -85,13 +85,14 @@ type Verdict struct {
 }
 
 // outputLimitCacheSize bounds the cache of the output contracts of
-// preflights, which never change once recorded.
+// preflights. A recorded limit never changes, so an entry needs no expiry
+// (and the cache no sweeper goroutine).
 const outputLimitCacheSize = 4096
 
 // outcomes is the gate's state for judging responses.
 type outcomes struct {
 	store  OutcomeStore
-	limits *expirable.LRU[string, int64]
+	limits *lru.Cache[string, int64]
 }
 
 func newOutcomes(o *Options) outcomes {
@@ -99,7 +100,8 @@ func newOutcomes(o *Options) outcomes {
 	if s == nil {
 		s, _ = o.Store.(OutcomeStore)
 	}
-	return outcomes{store: s, limits: expirable.NewLRU[string, int64](outputLimitCacheSize, nil, o.CacheTTL)}
+	limits, _ := lru.New[string, int64](outputLimitCacheSize) // the size is positive
+	return outcomes{store: s, limits: limits}
 }
 
 // errNoDecision is a response whose request no allowed decision is known
