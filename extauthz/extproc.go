@@ -86,7 +86,6 @@ type exchange struct {
 	status  int
 	resp    []byte
 	judged  bool
-	tooBig  bool
 	started bool
 }
 
