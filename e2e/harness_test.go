@@ -198,7 +198,7 @@ func startServer(t testing.TB, o ServeOptions) (*Server, error) {
 	}
 	args = append(args, o.Args...)
 	s := &Server{DataDir: o.DataDir, t: t, opts: o, exited: make(chan struct{}),
-		logs: &logWriter{listening: make(chan listenLine, 1)}}
+		logs: &logWriter{listening: make(chan listenLine, 1), verified: make(chan struct{})}}
 	s.cmd = exec.Command(Binary(t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.Env = append(os.Environ(), o.Env...)
@@ -299,7 +299,24 @@ func (s *Server) Restart() *Server {
 	}
 	o := s.opts
 	o.DataDir = s.DataDir
-	return StartServer(s.t, o)
+	r := StartServer(s.t, o)
+	r.WaitVerified()
+	return r
+}
+
+// WaitVerified waits until the process has verified its WAL at open, or
+// found that it fails verification: until then it decides nothing and
+// answers 503, which a test that restarts over an existing log must not
+// mistake for a lost record.
+func (s *Server) WaitVerified() {
+	s.t.Helper()
+	select {
+	case <-s.logs.verified:
+	case <-s.exited:
+		s.t.Fatalf("autonomy serve exited with code %d before verifying its WAL:\n%s", s.code, s.Logs())
+	case <-time.After(startTimeout):
+		s.t.Fatalf("autonomy serve did not verify its WAL within %s:\n%s", startTimeout, s.Logs())
+	}
 }
 
 // URL returns the HTTP API URL of path.
@@ -380,6 +397,10 @@ type logWriter struct {
 	partial   []byte
 	listening chan listenLine
 	seen      bool
+	// verified is closed at the first line that ends the WAL's
+	// verification at open, passed or failed.
+	verified     chan struct{}
+	verifiedSeen bool
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
@@ -394,16 +415,25 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		}
 		line := w.partial[:i]
 		w.partial = w.partial[i+1:]
-		if w.seen {
+		if w.seen && w.verifiedSeen {
 			continue
 		}
 		var rec struct {
 			Msg string `json:"msg"`
 			listenLine
 		}
-		if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" {
+		if json.Unmarshal(line, &rec) != nil {
+			continue
+		}
+		switch {
+		case rec.Msg == "listening" && !w.seen:
 			w.seen = true
 			w.listening <- rec.listenLine
+		case strings.HasPrefix(rec.Msg, "wal verified") || strings.HasPrefix(rec.Msg, "wal failed verification"):
+			if !w.verifiedSeen {
+				w.verifiedSeen = true
+				close(w.verified)
+			}
 		}
 	}
 	return len(p), nil
