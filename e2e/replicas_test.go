@@ -265,3 +265,70 @@ func TestReplicasEtcdBytes(t *testing.T) {
 		t.Fatalf("%d keys, %d bytes: want the binding, outcome, marker and frame copies in under 16 KiB", len(resp.Kvs), total)
 	}
 }
+
+// TestReplicasEtcdMemberKilledUnderLoad: two replicas on a three-member
+// etcd; one member is killed with SIGKILL while preflights and consumes
+// run. Every acknowledged preflight stays readable and consumable once,
+// every acknowledged consume stays spent: no replay is admitted.
+func TestReplicasEtcdMemberKilledUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd processes")
+	}
+	c := etcdtest.StartT(t, etcdtest.Options{Members: 3, Kind: etcdtest.Process})
+	rs := startReplicas(t, c.Endpoints(), 2)
+	type acked struct {
+		d        decision
+		consumed bool
+	}
+	var mu sync.Mutex
+	var done []acked
+	const workers, perWorker = 4, 12
+	var wg sync.WaitGroup
+	killed := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				if w == 0 && i == perWorker/3 {
+					c.Members[0].Kill() // may be the leader
+					close(killed)
+				}
+				r, other := rs[(w+i)%2], rs[(w+i+1)%2]
+				status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight(fmt.Sprintf("session:kill-%d-%d", w, i)))
+				var d decision
+				if status != http.StatusOK || json.Unmarshal(body, &d) != nil || d.Outcome != "pass" {
+					continue // not acknowledged (503 during the election)
+				}
+				resp, err := other.authz.Check(t.Context(), ToolCheck("tool.echo", map[string]any{"msg": "hi"},
+					fmt.Sprintf("req-kill-%d-%d", w, i), map[string]string{"x-autonomy-preflight-id": d.PreflightID}))
+				consumed := err == nil && codes.Code(resp.GetStatus().GetCode()) == codes.OK
+				mu.Lock()
+				done = append(done, acked{d: d, consumed: consumed})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	<-killed
+	if len(done) < workers*perWorker/2 {
+		t.Fatalf("only %d of %d preflights acknowledged with one etcd member of three down", len(done), workers*perWorker)
+	}
+	for i, a := range done {
+		r := rs[i%2]
+		if status, _ := getBody(t, r.URL("/v1/preflight/"+a.d.PreflightID)); status != http.StatusOK {
+			t.Fatalf("acknowledged preflight %s: GET answers %d on %s", a.d.PreflightID, status, r.name)
+		}
+		resp := checkEcho(t, r.authz, a.d.PreflightID, fmt.Sprintf("req-after-%d", i))
+		allowed := codes.Code(resp.GetStatus().GetCode()) == codes.OK
+		switch {
+		case a.consumed && allowed:
+			t.Fatalf("preflight %s: consumed before the kill, yet allowed again (a replay)", a.d.PreflightID)
+		case a.consumed:
+			wantDeny(t, resp, codes.PermissionDenied, 403, "contract: preflight_replay")
+		case !allowed && !strings.Contains(resp.GetDeniedResponse().GetBody(), "preflight_replay"):
+			// Not consumed before (or consumed but unacknowledged): now one
+			// allow, or a replay when the unacknowledged consume committed.
+			t.Fatalf("preflight %s: %s", a.d.PreflightID, resp.GetDeniedResponse().GetBody())
+		}
+	}
+	t.Logf("%d preflights acknowledged across the kill of one etcd member of three", len(done))
+}
