@@ -2,7 +2,6 @@ package explain_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/contractrefine/autonomy/internal/config"
-	"github.com/contractrefine/autonomy/internal/server"
 )
 
 const approverToken = "approver-0123456789abcdef0123"
@@ -38,29 +36,7 @@ func startApprovalServer(t *testing.T, withTokens bool) (base, auditID, prefligh
 	if withTokens {
 		cfg.Access.TokensFile = tokens
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan server.Addrs, 1)
-	srv, err := server.New(ctx, cfg, server.Options{Listening: func(a server.Addrs) { addrs <- a }})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server run: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		base = "http://" + a.HTTP
-	case err := <-done:
-		t.Fatalf("server stopped before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not listen within 30s")
-	}
+	base = runServer(t, cfg)
 	plan := fmt.Sprintf(`{"intent":{"summary":"Pay invoice 77","plan_hash":"plan-explain-pay"},
 	  "plan":{"steps":[{"id":"s1","kind":"payment.send.v1","zone":"payments","args":{"to":"acct:77","amountUsd":480},
 	    "provenance":{"to":"literal","amountUsd":"literal"}}]},

@@ -31,29 +31,7 @@ func startRecordedServer(t *testing.T) (base, auditID string) {
 	cfg.HTTPAddr, cfg.GRPCAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cfg.ContractRefine.Mode = config.ModeEnforce
 	cfg.ContractRefine.Offline = true
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan server.Addrs, 1)
-	srv, err := server.New(ctx, cfg, server.Options{Listening: func(a server.Addrs) { addrs <- a }})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server run: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		base = "http://" + a.HTTP
-	case err := <-done:
-		t.Fatalf("server stopped before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not listen within 30s")
-	}
+	base = runServer(t, cfg)
 
 	plan := `{"intent":{"summary":"Echo the refund status for case 882","plan_hash":"plan-explain-1"},
 	  "plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"any","args":{"text":"status of case 882"}}]},
@@ -236,4 +214,34 @@ func distinctColors(img image.Image, limit int) int {
 		}
 	}
 	return len(seen)
+}
+
+// runServer runs the service on cfg in-process until the test ends and
+// returns the base URL of its HTTP API.
+func runServer(t *testing.T, cfg config.Config) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan server.Addrs, 1)
+	srv, err := server.New(ctx, cfg, server.Options{Listening: func(a server.Addrs) { addrs <- a }})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server run: %v", err)
+		}
+	})
+	select {
+	case a := <-addrs:
+		return "http://" + a.HTTP
+	case err := <-done:
+		t.Fatalf("server stopped before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not listen within 30s")
+	}
+	return ""
 }
