@@ -11,7 +11,6 @@ import (
 	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/internal/ids"
-	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -67,28 +66,14 @@ func TestDecisionCacheFollowsTheClock(t *testing.T) {
 	g := New(Options{Store: store, Log: db, Policy: func() Policy { return b }, Mode: ModeEnforce,
 		CacheTTL: 10 * time.Second, Now: func() time.Time { return time.Unix(0, clock.Load()).UTC() }, NewID: ids.Audit})
 	defer g.Close()
-	steps := []preflight.Step{{ID: "s1", Kind: "tool.echo"}, {ID: "s2", Kind: "tool.echo"}, {ID: "s3", Kind: "tool.echo"}}
-	req := &preflight.Request{Plan: preflight.Plan{Steps: steps}, Context: preflight.Context{Actor: preflight.Actor{ID: "user:x"}}}
-	d := &preflight.Decision{PreflightID: ids.Preflight(), AuditID: ids.Audit(), Outcome: preflight.OutcomePass,
-		Eligibility: preflight.Eligibility{Allowed: true, BoundToolKinds: []string{"tool.echo"}}}
-	bind, err := preflight.BindingOf(req, d, now.Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := d.CanonicalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: bind, Decision: raw, Time: now}); err != nil {
-		t.Fatal(err)
-	}
+	pid := recordThreeEchoSteps(t, db, now)
 	for i, step := range []struct {
 		advance time.Duration
 		reads   int32
 	}{{0, 1}, {5 * time.Second, 1}, {6 * time.Second, 2}} {
 		clock.Add(int64(step.advance))
 		got := g.Check(context.Background(), &Request{Method: http.MethodPost, Path: "/v1/tool",
-			Headers: map[string]string{HeaderPreflightID: d.PreflightID, HeaderRequestID: ids.Audit()},
+			Headers: map[string]string{HeaderPreflightID: pid, HeaderRequestID: ids.Audit()},
 			Body:    []byte(`{"kind":"tool.echo","args":{}}`)})
 		if !got.Allowed {
 			t.Fatalf("call %d: %+v", i, got)

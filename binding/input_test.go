@@ -52,24 +52,10 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 			now := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
 			g := New(Options{Store: db, Log: db, Policy: func() Policy { return pol }, Mode: ModeEnforce,
 				Now: func() time.Time { return now }, NewID: ids.Audit})
-			steps := []preflight.Step{{ID: "s1", Kind: "tool.echo"}, {ID: "s2", Kind: "tool.echo"}, {ID: "s3", Kind: "tool.echo"}}
-			req := &preflight.Request{Plan: preflight.Plan{Steps: steps}, Context: preflight.Context{Actor: preflight.Actor{ID: "user:x"}}}
-			d := &preflight.Decision{PreflightID: ids.Preflight(), AuditID: ids.Audit(), Outcome: preflight.OutcomePass,
-				Eligibility: preflight.Eligibility{Allowed: true, BoundToolKinds: []string{"tool.echo"}}}
-			bind, err := preflight.BindingOf(req, d, now.Add(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, err := d.CanonicalJSON()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: bind, Decision: raw, Time: now}); err != nil {
-				t.Fatal(err)
-			}
+			pid := recordThreeEchoSteps(t, db, now)
 			call := func(rid string) Decision {
 				return g.Check(context.Background(), &Request{Method: http.MethodPost, Path: "/v1/tool",
-					Headers: map[string]string{HeaderPreflightID: d.PreflightID, HeaderRequestID: rid},
+					Headers: map[string]string{HeaderPreflightID: pid, HeaderRequestID: rid},
 					Body:    []byte(`{"kind":"tool.echo","args":{}}`)})
 			}
 			// In this order: each call consumes one of the three steps.
@@ -84,9 +70,31 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 					t.Fatalf("call %d (%s): %+v", i, step, got)
 				}
 			}
-			if e, ok := g.cache.Peek(d.PreflightID); !ok || e.b.PreflightID != d.PreflightID {
+			if e, ok := g.cache.Peek(pid); !ok || e.b.PreflightID != pid {
 				t.Fatalf("cache entry %+v, %v: want the binding", e, ok)
 			}
 		})
 	}
+}
+
+// recordThreeEchoSteps records a passed preflight of three tool.echo steps
+// for user:x, bound until a minute after now, and returns its id.
+func recordThreeEchoSteps(t *testing.T, db *wal.DB, now time.Time) string {
+	t.Helper()
+	steps := []preflight.Step{{ID: "s1", Kind: "tool.echo"}, {ID: "s2", Kind: "tool.echo"}, {ID: "s3", Kind: "tool.echo"}}
+	req := &preflight.Request{Plan: preflight.Plan{Steps: steps}, Context: preflight.Context{Actor: preflight.Actor{ID: "user:x"}}}
+	d := &preflight.Decision{PreflightID: ids.Preflight(), AuditID: ids.Audit(), Outcome: preflight.OutcomePass,
+		Eligibility: preflight.Eligibility{Allowed: true, BoundToolKinds: []string{"tool.echo"}}}
+	bind, err := preflight.BindingOf(req, d, now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := d.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: bind, Decision: raw, Time: now}); err != nil {
+		t.Fatal(err)
+	}
+	return d.PreflightID
 }
