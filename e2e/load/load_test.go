@@ -31,32 +31,10 @@ func TestMain(m *testing.M) {
 // every answer was the one expected, and the report holds every figure.
 // It asserts no timing: the figures are for people, not for tests.
 func TestLoadRunsBriefly(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("go is required under CI to build cmd/autonomy: %v", err)
-		}
-		t.Skipf("go not found, cannot build cmd/autonomy: %v", err)
-	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "autonomy")
-	if out, err := exec.Command(goTool, "build", "-o", bin, "github.com/contractrefine/autonomy/cmd/autonomy").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cfg, err := parseFlags([]string{"-bin", bin, "-duration", "150ms", "-conc", "1,4", "-fill", "3000",
-		"-cached", "500", "-frames", "300", "-max-ids", "2000", "-json", filepath.Join(dir, "report.json"),
-		"-service-env", "GOGC=150"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	rep, err := run(ctx, cfg, &out)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	t.Logf("load output:\n%s", out.String())
+	cfg, rep, out := runBriefly(t, builtService(t), "-conc", "1,4", "-fill", "3000",
+		"-cached", "500", "-frames", "300", "-json", filepath.Join(dir, "report.json"),
+		"-service-env", "GOGC=150")
 
 	want := map[string][]string{
 		targetFloor:   {scFloorCheck, scFloorHTTP},
@@ -102,7 +80,7 @@ func TestLoadRunsBriefly(t *testing.T) {
 		t.Errorf("%d goals judged, want %d: %+v", len(rep.Goals), n, rep.Goals)
 	}
 	for _, line := range []string{"goals (issue 22", "opa-envoy rows skipped: no -opa-envoy binary given"} {
-		if !strings.Contains(out.String(), line) {
+		if !strings.Contains(out, line) {
 			t.Errorf("no %q in the output", line)
 		}
 	}
@@ -126,23 +104,8 @@ func TestLoadBesideOPAEnvoy(t *testing.T) {
 	if opa == "" {
 		t.Skip("AUTONOMY_OPA_ENVOY is not set: no opa-envoy-plugin binary to measure beside the service")
 	}
-	bin := filepath.Join(t.TempDir(), "autonomy")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/contractrefine/autonomy/cmd/autonomy").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cfg, err := parseFlags([]string{"-bin", bin, "-duration", "150ms", "-conc", "1,64", "-frames", "0",
-		"-max-ids", "2000", "-opa-envoy", opa, "-no-decision-log"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	rep, err := run(ctx, cfg, &out)
-	if err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	t.Logf("load output:\n%s", out.String())
+	cfg, rep, out := runBriefly(t, builtService(t), "-conc", "1,64", "-frames", "0",
+		"-opa-envoy", opa, "-no-decision-log")
 	for _, target := range []string{targetOPA, targetOPALog} {
 		for _, conc := range cfg.conc {
 			if r := rep.find(target, scOPAAllow, conc); r.Calls == 0 || r.Errors != 0 || r.CPUMicros <= 0 {
@@ -157,8 +120,8 @@ func TestLoadBesideOPAEnvoy(t *testing.T) {
 	if len(rep.Goals) != 6 {
 		t.Errorf("%d goals judged, want 6: %+v", len(rep.Goals), rep.Goals)
 	}
-	if !strings.Contains(out.String(), "log.decisions false") || strings.Contains(out.String(), "rows skipped") {
-		t.Errorf("output does not say how the service and OPA-Envoy ran:\n%s", out.String())
+	if !strings.Contains(out, "log.decisions false") || strings.Contains(out, "rows skipped") {
+		t.Errorf("output does not say how the service and OPA-Envoy ran:\n%s", out)
 	}
 }
 
@@ -233,4 +196,40 @@ func TestFilledWALVerifies(t *testing.T) {
 	if err != nil || st.ConsumedMarkers == 0 || st.ConsumedMarkers != st.Bindings {
 		t.Fatalf("stats: %+v, %v; want a marker for every filled binding", st, err)
 	}
+}
+
+// builtService builds cmd/autonomy with the command's own buildService;
+// without a go tool it skips, or fails under CI.
+func builtService(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("go is required under CI to build cmd/autonomy: %v", err)
+		}
+		t.Skipf("go not found, cannot build cmd/autonomy: %v", err)
+	}
+	bin, err := buildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// runBriefly runs the load command against bin for 150 ms per scenario
+// with args added, and returns its configuration, report and output.
+func runBriefly(t *testing.T, bin string, args ...string) (settings, *report, string) {
+	t.Helper()
+	cfg, err := parseFlags(append([]string{"-bin", bin, "-duration", "150ms", "-max-ids", "2000"}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := run(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Logf("load output:\n%s", out.String())
+	return cfg, rep, out.String()
 }
