@@ -7,115 +7,26 @@ package e2e
 // X-Autonomy-Tool-Kind header (gate.kind_header).
 
 import (
-	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"text/template"
-	"time"
 
 	"github.com/google/uuid"
 )
 
-// dpCaddyFront is one site of the Caddyfile.
-type dpCaddyFront struct {
-	Name    string
-	Port    int
-	Service string // the service's HTTP address
-	Runtime string // the tool runtime's address
-}
-
-// dpStartCaddy runs Caddy with one site per front and returns the base
-// URL of each once Caddy answers on every one of them.
-func dpStartCaddy(t *testing.T, fronts []dpCaddyFront) []string {
-	t.Helper()
-	caddy := NeedProgram(t, "caddy", "the Caddy forward-auth test runs real Caddy; apt-get install caddy")
-	tmpl, err := template.ParseFiles(filepath.Join("testdata", "caddy", "Caddyfile.tmpl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for attempt := 1; ; attempt++ {
-		urls, err := dpTryCaddy(t, caddy, tmpl, fronts)
-		if err == nil {
-			return urls
-		}
-		if !strings.Contains(err.Error(), "address already in use") || attempt == dpNginxAttempts {
-			t.Fatal(err)
-		}
-		t.Logf("attempt %d: %v; retrying on other ports", attempt, err)
-	}
-}
-
-func dpTryCaddy(t *testing.T, caddy string, tmpl *template.Template, services []dpCaddyFront) ([]string, error) {
-	t.Helper()
-	dir := t.TempDir()
-	fronts := make([]dpCaddyFront, len(services))
-	copy(fronts, services)
-	for i := range fronts {
-		fronts[i].Port = dpFreePort(t)
-	}
-	token := uuid.NewString()
-	var conf bytes.Buffer
-	if err := tmpl.Execute(&conf, map[string]any{"Dir": dir, "Fronts": fronts, "Token": token}); err != nil {
-		t.Fatal(err)
-	}
-	confPath := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(confPath, conf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs dpSyncBuffer
-	cmd := exec.Command(caddy, "run", "--adapter", "caddyfile", "--config", confPath)
-	// Caddy keeps its state under $HOME and the XDG directories.
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(stopTimeout):
-			cmd.Process.Kill()
-			<-exited
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("caddy logs:\n%s", logs.String())
-		}
-	})
-	urls := make([]string, len(fronts))
-	for i, f := range fronts {
-		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", f.Port)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for pending := urls; len(pending) > 0; {
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("caddy exited before serving:\n%s\nconfig:\n%s", logs.String(), conf.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("caddy did not answer on %v within %s:\n%s", pending, startTimeout, logs.String())
-		}
-		if dpAnswers(pending[0]+"/_e2e_ready", token) {
-			pending = pending[1:]
-			continue
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return urls, nil
+// dpCaddy runs Caddy in the foreground from testdata/caddy/Caddyfile.tmpl.
+func dpCaddy(caddy string) dpProxy {
+	return dpProxy{name: "caddy", template: "caddy/Caddyfile.tmpl",
+		command: func(dir, conf string) *exec.Cmd {
+			cmd := exec.Command(caddy, "run", "--adapter", "caddyfile", "--config", conf)
+			// Caddy keeps its state under $HOME and the XDG directories.
+			cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+			return cmd
+		}}
 }
 
 // dpGet reads url whole.
@@ -137,9 +48,7 @@ func dpGet(t *testing.T, url string) (int, string) {
 // copies of those headers from the runtime.
 func TestDeployCaddy(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("caddy"); err != nil {
-		NeedProgram(t, "caddy", "the Caddy forward-auth test runs real Caddy; apt-get install caddy")
-	}
+	caddy := NeedProgram(t, "caddy", "the Caddy forward-auth test runs real Caddy; apt-get install caddy")
 	st := dpStartStack(t, false)
 	advRT := dpStartRuntime(t)
 	advCfg := filepath.Join(t.TempDir(), "advisory.yaml")
@@ -147,7 +56,7 @@ func TestDeployCaddy(t *testing.T) {
 		t.Fatal(err)
 	}
 	adv := StartServer(t, ServeOptions{Mode: "advisory", Config: advCfg})
-	urls := dpStartCaddy(t, []dpCaddyFront{
+	urls := dpStartProxy(t, dpCaddy(caddy), []dpProxyFront{
 		{Name: "main service", Service: st.main.HTTPAddr, Runtime: st.rt.Addr},
 		{Name: "1s-window service", Service: st.expiry.HTTPAddr, Runtime: st.rt.Addr},
 		{Name: "advisory service", Service: adv.HTTPAddr, Runtime: advRT.Addr},
@@ -164,19 +73,8 @@ func TestDeployCaddy(t *testing.T) {
 	// A client's own audit id and advisory reason never reach the runtime;
 	// this preflight goes through Caddy's /v1/preflight route.
 	p := dpPreflight(t, urls[0], "caddy-forged-"+uuid.NewString())
-	req, err := http.NewRequest(http.MethodPost, urls[0]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(dpKindHdr, dpShellKind)
-	req.Header.Set("X-Autonomy-Preflight-Id", p.PreflightID)
-	req.Header.Set("X-Autonomy-Advisory-Reason", "forged")
-	req.Header.Set("X-Autonomy-Audit-Id", "au_forged")
-	resp, err := dpNoRedirects.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := dpToolCall(t, urls[0]+"/v1/tool", dpShellKind, map[string]string{"X-Autonomy-Preflight-Id": p.PreflightID,
+		"X-Autonomy-Advisory-Reason": "forged", "X-Autonomy-Audit-Id": "au_forged"})
 	l.expect(t, main, main.api, dpEntry{step: "a call carrying forged decision headers", kind: dpShellKind, allowed: true,
 		reason: dpPassed, auditID: p.AuditID,
 		res: dpResult{status: resp.StatusCode, requestID: resp.Header.Get("X-Request-Id"), auditID: p.AuditID}})
@@ -191,19 +89,11 @@ func TestDeployCaddy(t *testing.T) {
 	// runtime learns why from the service, not from the client.
 	call := func(forged string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, urls[2]+"/v1/tool", bytes.NewReader(dpToolBody(dpShellKind)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(dpKindHdr, dpShellKind)
+		headers := map[string]string{}
 		if forged != "" {
-			req.Header.Set("X-Autonomy-Advisory-Reason", forged)
+			headers["X-Autonomy-Advisory-Reason"] = forged
 		}
-		resp, err := dpNoRedirects.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := dpToolCall(t, urls[2]+"/v1/tool", dpShellKind, headers)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("advisory call without a preflight: status %d, want 200", resp.StatusCode)
 		}
