@@ -3,7 +3,13 @@ package binding
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,18 +25,20 @@ type revPolicy struct {
 
 func (p revPolicy) Revision() string { return p.rev }
 
-// TestFrameAttrsMatchMarshal proves the hand-written decision attrs are the
-// bytes canon.Marshal writes for the same members as a map, and that attrs
-// it cannot write fall back to the map (so the log refuses them as before).
-func TestFrameAttrsMatchMarshal(t *testing.T) {
+// frameCase is one decision frame's inputs: the call, the decision, and
+// whether the attrs cannot be written (fallback).
+type frameCase struct {
+	raw      bool
+	c        call
+	d        Decision
+	fallback bool
+}
+
+// frameCases are decision frames of every shape the gate writes.
+func frameCases() map[string]frameCase {
 	args := map[string]any{"z": json.Number("1.50"), "a": []any{"x\u2028", nil, true}, "\u00e9": map[string]any{}}
 	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
-	tests := map[string]struct {
-		raw      bool
-		c        call
-		d        Decision
-		fallback bool
-	}{
+	return map[string]frameCase{
 		"replay deny": {
 			c: call{req: &Request{Method: "POST", Path: "/v1/tool?x=1"}, gated: true, kind: "tool.echo",
 				argsMap: map[string]any{}, requestID: "req-1", policy: revPolicy{rev: "rev-1"}},
@@ -69,6 +77,14 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 			d: Decision{Status: 403, Reason: "contract: preflight_binding_mismatch", PreflightID: "pf_\xff"},
 		},
 	}
+}
+
+// TestFrameAttrsMatchMarshal proves the hand-written decision attrs are the
+// bytes canon.Marshal writes for the same members as a map, and that attrs
+// it cannot write fall back to the map (so the log refuses them as before).
+func TestFrameAttrsMatchMarshal(t *testing.T) {
+	tests := frameCases()
+	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
@@ -171,5 +187,46 @@ func TestDenyBodyAsEncodingJSON(t *testing.T) {
 				t.Fatalf("DenyBody = %s, want %s", got, want)
 			}
 		})
+	}
+}
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/decision_attrs.txt from the current frames")
+
+// TestDecisionAttrsGolden compares the decision attrs of every frameCase
+// with testdata/decision_attrs.txt, which holds the bytes the gate wrote
+// before the attrs had a type (go test -run DecisionAttrsGolden -update
+// rewrites it): a frame's hash covers them, so they must not change.
+func TestDecisionAttrsGolden(t *testing.T) {
+	cases := frameCases()
+	names := slices.Sorted(maps.Keys(cases))
+	var got bytes.Buffer
+	for _, name := range names {
+		tc := cases[name]
+		if tc.fallback {
+			continue
+		}
+		g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
+		in := g.frame(&tc.c, &tc.d, time.Time{})
+		b, err := canon.Marshal(in.Attrs)
+		if c, ok := in.Attrs.(wal.CanonicalAttrs); ok {
+			b, err = c, nil
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		fmt.Fprintf(&got, "%s\n%s\n", name, b)
+	}
+	golden := filepath.Join("testdata", "decision_attrs.txt")
+	if *updateGolden {
+		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("decision attrs differ from %s:\n%s\nwant\n%s", golden, got.Bytes(), want)
 	}
 }
