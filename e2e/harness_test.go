@@ -80,9 +80,13 @@ func NeedProgram(t testing.TB, name, why string) string {
 }
 
 // Binary returns the path of the autonomy binary, building ./cmd/autonomy
-// the first time any test asks.
+// the first time any test asks. E2E_AUTONOMY_BIN names another build to
+// run instead (an older commit's, to measure a figure before a fix).
 func Binary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("E2E_AUTONOMY_BIN"); bin != "" {
+		return bin
+	}
 	goTool := NeedProgram(t, "go", "to build cmd/autonomy")
 	buildOnce.Do(func() {
 		binPath = filepath.Join(binDir, "autonomy")

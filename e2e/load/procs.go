@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -254,12 +255,10 @@ func listeningLine(path string) (serviceAddrs, bool) {
 	return serviceAddrs{}, false
 }
 
-// memory is a process's resident memory, from /proc/<pid>/status.
+// memory is a process's resident memory, from /proc/<pid>/status, and the
+// resident part of its WAL mapping.
 type memory struct {
-	RSS  int64 `json:"rss_bytes"`      // VmRSS
-	Peak int64 `json:"rss_peak_bytes"` // VmHWM
-	Anon int64 `json:"rss_anon_bytes"` // RssAnon: the heap and stacks
-	File int64 `json:"rss_file_bytes"` // RssFile: mapped files: the executable's code and the WAL
+	benchutil.Memory
 	// WAL is the resident part of the mapping of wal.db (from
 	// /proc/<pid>/smaps): the log's pages bbolt has read through its map.
 	WAL int64 `json:"rss_wal_bytes"`
@@ -268,29 +267,9 @@ type memory struct {
 // rss reads pid's resident memory.
 func rss(pid int) (memory, error) {
 	var m memory
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	var err error
+	if m.Memory, err = benchutil.ReadMemory(pid); err != nil {
 		return m, err
-	}
-	fields := map[string]*int64{"VmRSS": &m.RSS, "VmHWM": &m.Peak, "RssAnon": &m.Anon, "RssFile": &m.File}
-	for _, line := range strings.Split(string(raw), "\n") {
-		name, value, ok := strings.Cut(line, ":")
-		into, want := fields[name]
-		if !ok || !want {
-			continue
-		}
-		f := strings.Fields(value)
-		if len(f) != 2 || f[1] != "kB" {
-			return m, fmt.Errorf("load: /proc/%d/status: %q", pid, line)
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return m, err
-		}
-		*into = kb << 10
-	}
-	if m.RSS == 0 {
-		return m, fmt.Errorf("load: no VmRSS in /proc/%d/status", pid)
 	}
 	m.WAL, err = mappedRSS(pid, "/"+wal.FileName)
 	return m, err

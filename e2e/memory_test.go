@@ -1,0 +1,370 @@
+package e2e
+
+// The memory attacks of issue 21 against the built binary on loopback, with
+// the process's resident memory read from /proc during and after them: the
+// gRPC listener under many streams that each declare a large message and
+// never finish it, and the HTTP listener under many bodies that never end.
+// Each test asserts the peak (VmHWM) against a bound computed from the
+// configured keys (docs/SECURITY.md has the formulas) and that the service
+// still decides a normal call during and after the attack.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/contractrefine/autonomy/internal/benchutil"
+)
+
+const mib = 1 << 20
+
+// memory reads the process's resident memory; it fails the test where
+// /proc/<pid>/status cannot be read (not Linux).
+func (s *Server) memory(t *testing.T) benchutil.Memory {
+	t.Helper()
+	m, err := benchutil.ReadMemory(s.cmd.Process.Pid)
+	if err != nil {
+		t.Fatalf("read the service's memory: %v", err)
+	}
+	return m
+}
+
+// stallOutcome counts how the streams of one attacking connection ended.
+type stallOutcome struct {
+	opened, refused, exhausted, cut, open int
+	sent                                  int64
+}
+
+func (o *stallOutcome) add(p stallOutcome) {
+	o.opened += p.opened
+	o.refused += p.refused
+	o.exhausted += p.exhausted
+	o.cut += p.cut
+	o.open += p.open
+	o.sent += p.sent
+}
+
+// stallStream is one attacking stream's state on its connection.
+type stallStream struct {
+	window int64
+	sent   int
+	ended  string // "" while open; else how the server ended it
+}
+
+// stallStreams is one attacking connection: it opens n Check streams, each
+// declaring a message of declared bytes, sends send bytes of each as fast
+// as HTTP/2 flow control lets it and never finishes one. It holds the
+// connection until ctx is done and reports how the streams ended.
+func stallStreams(ctx context.Context, addr string, n, declared, send int) (stallOutcome, error) {
+	var out stallOutcome
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return out, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	fr := http2.NewFramer(conn, conn)
+	var (
+		wmu      sync.Mutex // serialises writes
+		mu       sync.Mutex // guards what follows
+		cond     = sync.NewCond(&mu)
+		connWin  = int64(65535)
+		initWin  = int64(65535)
+		streams  = map[uint32]*stallStream{}
+		readErr  error
+		readDone bool
+	)
+	write := func(f func() error) error { wmu.Lock(); defer wmu.Unlock(); return f() }
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		return out, err
+	}
+	if err := write(func() error { return fr.WriteSettings() }); err != nil {
+		return out, err
+	}
+	go func() {
+		dec := hpack.NewDecoder(4096, nil)
+		end := func(id uint32, how string) {
+			if s := streams[id]; s != nil && s.ended == "" {
+				s.ended = how
+			}
+		}
+		for {
+			f, err := fr.ReadFrame()
+			mu.Lock()
+			if err != nil {
+				readErr, readDone = err, true
+				cond.Broadcast()
+				mu.Unlock()
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+						for _, s := range streams {
+							s.window += int64(v) - initWin
+						}
+						initWin = int64(v)
+					}
+					go write(func() error { return fr.WriteSettingsAck() })
+				}
+			case *http2.WindowUpdateFrame:
+				if f.StreamID == 0 {
+					connWin += int64(f.Increment)
+				} else if s := streams[f.StreamID]; s != nil {
+					s.window += int64(f.Increment)
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					data := f.Data
+					go write(func() error { return fr.WritePing(true, data) })
+				}
+			case *http2.RSTStreamFrame:
+				end(f.StreamID, "rst "+f.ErrCode.String())
+			case *http2.HeadersFrame:
+				fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+				if err == nil {
+					for _, hf := range fields {
+						if hf.Name == "grpc-status" {
+							end(f.StreamID, "grpc-status "+hf.Value)
+						}
+					}
+				}
+			case *http2.GoAwayFrame:
+				for _, s := range streams {
+					if s.ended == "" {
+						s.ended = "goaway"
+					}
+				}
+			}
+			cond.Broadcast()
+			mu.Unlock()
+		}
+	}()
+	go func() { <-ctx.Done(); mu.Lock(); cond.Broadcast(); mu.Unlock() }()
+
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "autonomy"},
+		{":path", "/envoy.service.auth.v3.Authorization/Check"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	mu.Lock()
+	for i := range n {
+		id := uint32(2*i + 1)
+		streams[id] = &stallStream{window: initWin}
+		out.opened++
+		mu.Unlock()
+		err := write(func() error {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+		})
+		mu.Lock()
+		if err != nil {
+			break
+		}
+	}
+	// Send each stream's message, the 5-byte gRPC prefix first, in frames
+	// the windows allow, until every stream has sent its part or ended.
+	prefix := make([]byte, 5)
+	binary.BigEndian.PutUint32(prefix[1:], uint32(declared))
+	chunk := make([]byte, 16<<10)
+	for ctx.Err() == nil && !readDone {
+		var id uint32
+		var s *stallStream
+		pending := false
+		for sid, st := range streams {
+			if st.ended != "" || st.sent >= send {
+				continue
+			}
+			pending = true
+			if st.window > 0 && connWin > 0 {
+				id, s = sid, st
+				break
+			}
+		}
+		if !pending {
+			break
+		}
+		if s == nil {
+			cond.Wait()
+			continue
+		}
+		size := min(int64(len(chunk)), s.window, connWin, int64(send-s.sent))
+		s.window -= size
+		connWin -= size
+		first := s.sent == 0
+		s.sent += int(size)
+		out.sent += size
+		mu.Unlock()
+		err := write(func() error {
+			if first {
+				return fr.WriteData(id, false, append(prefix, chunk[:size-5]...))
+			}
+			return fr.WriteData(id, false, chunk[:size])
+		})
+		mu.Lock()
+		if err != nil {
+			break
+		}
+	}
+	// Hold the connection, never finishing a message, until ctx is done.
+	for ctx.Err() == nil && !readDone {
+		cond.Wait()
+	}
+	for _, s := range streams {
+		switch s.ended {
+		case "":
+			out.open++
+		case "rst REFUSED_STREAM":
+			out.refused++
+		case fmt.Sprintf("grpc-status %d", codes.ResourceExhausted):
+			out.exhausted++
+		default: // cut at grpc.receive_timeout: CANCELLED or a reset
+			out.cut++
+		}
+	}
+	err = readErr
+	mu.Unlock()
+	if ctx.Err() != nil {
+		err = nil // the connection was closed by us
+	}
+	return out, err
+}
+
+// sampleMemory reads the service's memory every 50 ms until stop is
+// closed and returns the largest VmRSS it saw.
+func sampleMemory(s *Server, stop <-chan struct{}) <-chan int64 {
+	peak := make(chan int64, 1)
+	go func() {
+		var max int64
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m, err := benchutil.ReadMemory(s.cmd.Process.Pid); err == nil && m.RSS > max {
+				max = m.RSS
+			}
+			select {
+			case <-stop:
+				peak <- max
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return peak
+}
+
+// checkDecided runs a Check under a fresh preflight until it is allowed:
+// a stream refused for grpc.max_bytes_in_flight (RESOURCE_EXHAUSTED, a
+// deny at Envoy) is retried until within, which bounds how long the
+// attack may keep an honest call out. It returns how many refusals came
+// first.
+func checkDecided(t *testing.T, s *Server, within time.Duration, tag string) int {
+	t.Helper()
+	d := passPreflight(t, s, "mem-"+tag)
+	c := s.Authz(t)
+	deadline := time.Now().Add(within)
+	for refused := 0; ; refused++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := c.Check(ctx, ToolCheck("tool.echo", map[string]any{"msg": "hi"}, "req-"+tag,
+			map[string]string{"x-autonomy-preflight-id": d.PreflightID}))
+		cancel()
+		if err == nil {
+			wantAllow(t, resp, d.AuditID)
+			return refused
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("%s: Check after %d refusals: %v", tag, refused, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestGRPCMemoryUnderStalledStreams runs the attack that took the
+// listener's RSS from 70 MB to 2.2 GB before it had bounds: 10 connections
+// of 250 Check streams, each declaring a 2 MB message and sending 1.9 MB of
+// it, never finishing. With the default keys the peak must stay within
+// baseline + 2 × grpc.max_bytes_in_flight (the partial messages held, and
+// as much again of garbage the Go collector lets build up before it runs)
+// + 64 MiB (HTTP/2 frame buffers and goroutines of the streams), and a
+// normal Check must be decided during the attack (after at most one
+// grpc.receive_timeout of RESOURCE_EXHAUSTED refusals) and after it.
+func TestGRPCMemoryUnderStalledStreams(t *testing.T) {
+	const (
+		conns      = 10
+		perConn    = 250
+		declared   = 2_000_000
+		sent       = 1_900_000
+		budget     = 256 * mib        // grpc.max_bytes_in_flight default
+		recvWithin = 10 * time.Second // grpc.receive_timeout default
+	)
+	s := StartServer(t, ServeOptions{})
+	s.WaitVerified()
+	checkDecided(t, s, time.Second, "before") // warm: the baseline includes a decision's memory
+	base := s.memory(t)
+
+	stop := make(chan struct{})
+	peakSeen := sampleMemory(s, stop)
+	ctx, cancel := context.WithTimeout(context.Background(), recvWithin+5*time.Second)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total stallOutcome
+		errs  []error
+	)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := stallStreams(ctx, s.GRPCAddr, perConn, declared, sent)
+			mu.Lock()
+			total.add(o)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+		}()
+	}
+	// During: the attackers have had a second to fill the budget.
+	time.Sleep(time.Second)
+	during := s.memory(t)
+	refusedDuring := checkDecided(t, s, recvWithin+5*time.Second, "during")
+	wg.Wait()
+	cancel()
+	close(stop)
+	peakSampled := <-peakSeen
+	checkDecided(t, s, time.Second, "after")
+	after := s.memory(t)
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("attacking connections: %v", err)
+	}
+
+	bound := base.RSS + 2*budget + 64*mib
+	t.Logf("streams %d: refused by HTTP/2 %d, RESOURCE_EXHAUSTED %d, cut at the receive deadline %d, still open %d; %d MB sent",
+		total.opened, total.refused, total.exhausted, total.cut, total.open, total.sent/1e6)
+	t.Logf("RSS: baseline %d MB, during %d MB, peak %d MB (VmHWM; sampled %d MB), after %d MB; bound %d MB; honest Check refused %d times during",
+		base.RSS/mib, during.RSS/mib, after.Peak/mib, peakSampled/mib, after.RSS/mib, bound/mib, refusedDuring)
+	if after.Peak > bound {
+		t.Errorf("peak RSS %d MB is past the bound %d MB (baseline %d MB + 2 × grpc.max_bytes_in_flight + 64 MiB)",
+			after.Peak/mib, bound/mib, base.RSS/mib)
+	}
+	if total.open != 0 {
+		t.Errorf("%d streams were still open %s after the attack began: grpc.receive_timeout did not cut them", total.open, recvWithin+5*time.Second)
+	}
+	if total.exhausted == 0 || total.refused == 0 {
+		t.Errorf("want streams refused both by grpc.max_concurrent_streams and by grpc.max_bytes_in_flight: %+v", total)
+	}
+}
