@@ -383,6 +383,8 @@ type call struct {
 	// is approval: pending or approval: rejected when any is.
 	held       []bool
 	heldReason string
+	// peek is the consume the ladder did not peek at (ladder.go, settle).
+	peek *wal.ConsumeRequest
 	// rpc is the JSON-RPC message read (rpcRead) under gate.protocol mcp;
 	// idRead says readMCP set headerID and hasHeader (header or _meta).
 	rpc     rpcMessage
@@ -447,18 +449,16 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
 		g.ladder(ctx, c, pol.Governance(), now)
 		if c.status == http.StatusServiceUnavailable {
-			g.o.Logger.ErrorContext(ctx, "gate cannot read bindings; denying", "err", c.errDetail)
-			d.AuditID = g.auditID(c)
-			if c.bound != nil {
-				d.PreflightID = c.bound.b.PreflightID
-			}
-			// A failed read (a corrupt record) need not mean failed writes:
-			// the refusal is recorded when the log still takes it.
-			return g.record(ctx, c, g.unavailable(d), now)
+			return g.unreadable(ctx, c, d, now)
 		}
 		if c.contract == "" {
 			if vs := clauseViolations(pol.Clauses(), c); len(vs) > 0 {
-				c.contract = vs[0].Reason
+				if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
+					return g.unreadable(ctx, c, d, now)
+				}
+				if c.contract == "" {
+					c.contract = vs[0].Reason
+				}
 			}
 		}
 	}
@@ -483,6 +483,16 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		d.AdvisoryReason = c.contract
 	}
 	allowed, reason, err := g.allow(ctx, pol, c)
+	if (err != nil || !allowed) && c.peek != nil {
+		// Only a consume answers the peek the ladder left to it (enforced).
+		if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
+			return g.unreadable(ctx, c, d, now)
+		}
+		if c.contract != "" {
+			d.Status, d.Reason = http.StatusForbidden, c.contract
+			return g.record(ctx, c, d, now)
+		}
+	}
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "policy evaluation failed; denying", "audit_id", d.AuditID, "err", err)
 		return g.record(ctx, c, g.unavailable(d), now)
@@ -498,6 +508,18 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		return g.consume(ctx, c, d, now)
 	}
 	return g.record(ctx, c, d, now)
+}
+
+// unreadable is the 503 deny of a call whose binding could not be read.
+func (g *Gate) unreadable(ctx context.Context, c *call, d Decision, now time.Time) Decision {
+	g.o.Logger.ErrorContext(ctx, "gate cannot read bindings; denying", "err", c.errDetail)
+	d.AuditID = g.auditID(c)
+	if c.bound != nil {
+		d.PreflightID = c.bound.b.PreflightID
+	}
+	// A failed read (a corrupt record) need not mean failed writes: the
+	// refusal is recorded when the log still takes it.
+	return g.record(ctx, c, g.unavailable(d), now)
 }
 
 // clauseViolations are the clauses c's real args break. A check without a

@@ -83,12 +83,37 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = c.planContract(status)
 		return
 	}
-	res, err := g.o.Store.Peek(ctx, r)
+	if g.o.Mode == ModeEnforce {
+		// Enforced, a call that reaches the consume learns what the peek
+		// would say from the consume's own transaction, which answers a
+		// replay exactly as the peek would: on a shared store that is one
+		// request instead of two. A call that ends before it peeks then
+		// (settle). Advisory calls peek now: the policy sees the preflight
+		// only when the ladder passed.
+		c.peek = &r
+		return
+	}
+	g.peekStore(ctx, c, &r)
+}
+
+// peekStore sets c.contract from what consuming r would do now.
+func (g *Gate) peekStore(ctx context.Context, c *call, r *wal.ConsumeRequest) {
+	res, err := g.o.Store.Peek(ctx, *r)
 	if err != nil {
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
 	c.contract = c.planContract(res.Status)
+}
+
+// settle runs the peek the ladder left to the consume, for a call that ends
+// without one: its answer outranks the clauses and the policy, as when the
+// ladder peeks itself.
+func (g *Gate) settle(ctx context.Context, c *call) {
+	if r := c.peek; r != nil {
+		c.peek = nil
+		g.peekStore(ctx, c, r)
+	}
 }
 
 // approvalRung is the approval layer of the ladder, after the expiry and

@@ -10,7 +10,8 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// peekCounter is the real WAL counting the gate's reads of consumed markers.
+// peekCounter is the real WAL counting the gate's reads of consumed
+// markers: a peek, or a consume, whose transaction reads them.
 type peekCounter struct {
 	*wal.DB
 	peeks atomic.Int64
@@ -19,6 +20,11 @@ type peekCounter struct {
 func (s *peekCounter) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	s.peeks.Add(1)
 	return s.DB.Peek(ctx, r)
+}
+
+func (s *peekCounter) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
+	s.peeks.Add(1)
+	return s.DB.Consume(ctx, r)
 }
 
 // TestSpentStepsAnsweredFromCache: once this gate consumed a step, a replay
@@ -92,4 +98,44 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 	if store.peeks.Load() != before {
 		t.Fatalf("store read %d times for answers the entry knew", store.peeks.Load()-before)
 	}
+}
+
+// TestEnforcedConsumeReadsOnce: enforced, a call that reaches the consume
+// is answered by the consume's own read of the markers, with no peek
+// before it; a call that ends before the consume (the policy denies it)
+// still peeks, and a replay outranks the policy's deny.
+func TestEnforcedConsumeReadsOnce(t *testing.T) {
+	b := loadTestBundle(t)
+	var store *peekOnly
+	e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) {
+		store = &peekOnly{DB: o.Store.(*wal.DB)}
+		o.Store = store
+	})
+	echo := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", nil))
+	if d := e.check(toolCall("tool.echo", nil, withID(echo.PreflightID, "r1"))); !d.Allowed || store.peeks.Load() != 0 {
+		t.Fatalf("first consume: %+v after %d peeks, want an allow after none", d, store.peeks.Load())
+	}
+
+	blocked := e.record(preflight.OutcomePass, actorID, step("s1", "tool.blocked", nil))
+	if d := e.check(toolCall("tool.blocked", nil, withID(blocked.PreflightID, "b1"))); d.Allowed || d.Reason == preflight.ReasonReplay || store.peeks.Load() != 1 {
+		t.Fatalf("policy deny of a free step: %+v after %d peeks, want the policy's deny after one", d, store.peeks.Load())
+	}
+	res, err := e.db.Consume(context.Background(), wal.ConsumeRequest{Binding: &blocked, Kind: "tool.blocked", RequestID: "elsewhere", Time: e.clock.Now()})
+	if err != nil || res.Status != wal.Consumed {
+		t.Fatalf("consume in the store: %+v, %v", res, err)
+	}
+	if d := e.check(toolCall("tool.blocked", nil, withID(blocked.PreflightID, "b2"))); d.Allowed || d.Reason != preflight.ReasonReplay {
+		t.Fatalf("policy-denied replay: %+v, want %s", d, preflight.ReasonReplay)
+	}
+}
+
+// peekOnly is the real WAL counting peeks alone.
+type peekOnly struct {
+	*wal.DB
+	peeks atomic.Int64
+}
+
+func (s *peekOnly) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
+	s.peeks.Add(1)
+	return s.DB.Peek(ctx, r)
 }

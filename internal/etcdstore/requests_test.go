@@ -1,0 +1,106 @@
+package etcdstore
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// countingKV is the client's KV counting the requests sent through it: one
+// per Get, Put, Delete, Do, or Txn (the store commits every Txn it makes
+// once).
+type countingKV struct {
+	clientv3.KV
+	n atomic.Int64
+}
+
+func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.n.Add(1)
+	return c.KV.Get(ctx, key, opts...)
+}
+
+func (c *countingKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	c.n.Add(1)
+	return c.KV.Put(ctx, key, val, opts...)
+}
+
+func (c *countingKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	c.n.Add(1)
+	return c.KV.Delete(ctx, key, opts...)
+}
+
+func (c *countingKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	c.n.Add(1)
+	return c.KV.Do(ctx, op)
+}
+
+func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
+	c.n.Add(1)
+	return c.KV.Txn(ctx)
+}
+
+// TestRequestsPerCall counts the etcd requests of each call on the hot
+// path (docs/PERFORMANCE.md states them): a preflight is one transaction;
+// a consume is its transaction, then one write of its frames' copies; a
+// peek is one read. The bucket's lease is granted before counting: one
+// grant per bucket (record_ttl/24) and replica.
+func TestRequestsPerCall(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	ctx := context.Background()
+	newB := func(n string) preflight.Binding {
+		return preflight.Binding{PreflightID: "pf_requests_" + n, AuditID: "au_requests_" + n, Outcome: preflight.OutcomePass,
+			ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour),
+			Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:" + n}}}
+	}
+	record := func(b preflight.Binding) {
+		if _, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: []byte(`{}`), Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(newB("warm")) // grants the bucket's lease
+
+	count := func(what string, want int64, call func() error) {
+		t.Helper()
+		before := kv.n.Load()
+		if err := call(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := kv.n.Load() - before; got != want {
+			t.Errorf("%s: %d etcd requests, want %d", what, got, want)
+		} else {
+			t.Logf("%s: %d etcd requests", what, got)
+		}
+	}
+	b := newB("one")
+	count("preflight", 1, func() error { record(b); return nil })
+	consume := func(requestID string, want wal.ConsumeStatus) func() error {
+		return func() error {
+			res, err := s.Consume(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", ArgsDigest: "sha256:one",
+				RequestID: requestID, CallDigest: "sha256:call", Time: time.Now(),
+				Decision: func(r wal.ConsumeResult) wal.FrameInput {
+					return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: time.Now(),
+						Attrs: map[string]any{"outcome": r.Status.String()}}
+				}})
+			if err == nil && res.Status != want {
+				t.Errorf("consume %s: %v, want %v", requestID, res.Status, want)
+			}
+			return err
+		}
+	}
+	count("peek", 1, func() error {
+		_, err := s.Peek(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", RequestID: "r1", Time: time.Now()})
+		return err
+	})
+	count("consume", 2, consume("r1", wal.Consumed))
+	count("consume repeated (same request id)", 2, consume("r1", wal.Repeated))
+	count("consume replay", 2, consume("r2", wal.Replay))
+}
