@@ -44,9 +44,6 @@ const (
 	DefaultCacheTTL      = 60 * time.Second
 	DefaultCacheSize     = 100000
 	defaultGatePath      = "/v1/tool"
-	reasonPolicyAllowed  = "policy: allowed"
-	reasonMalformedCall  = "gate: malformed_tool_call"
-	reasonPartialBody    = "gate: partial_body"
 	// headerPartialBody is what Envoy sets on a check whose buffered body
 	// was cut at with_request_body.max_request_bytes
 	// (allow_partial_message: true).
@@ -426,14 +423,14 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		// The request is described two ways, or not at all: check it as
 		// the tool call it may be, and refuse it as unreadable.
 		c.gated = true
-		c.contract, c.errDetail = reasonMalformedCall, err
+		c.contract, c.errDetail = preflight.ReasonMalformedToolCall, err
 	}
 	d.Gated = c.gated
 	if c.gated && c.contract == "" {
 		if err := g.readCall(c); err != nil {
-			c.contract = reasonMalformedCall
+			c.contract = preflight.ReasonMalformedToolCall
 			if errors.Is(err, ErrPartialBody) {
-				c.contract = reasonPartialBody
+				c.contract = preflight.ReasonPartialBody
 			}
 			c.errDetail = err
 			var ne *numberError
@@ -473,7 +470,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 
 	// A call the gate cannot read whole is refused in every mode: it cannot
 	// be put to the policy faithfully.
-	unreadable := c.contract == reasonMalformedCall || c.contract == reasonPartialBody
+	unreadable := c.contract == preflight.ReasonMalformedToolCall || c.contract == preflight.ReasonPartialBody
 	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || unreadable)
 	if enforceContract {
 		d.Status, d.Reason = http.StatusForbidden, c.contract
@@ -502,7 +499,7 @@ func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
 		return g.record(ctx, c, d, now)
 	}
 	d.Allowed, d.Status = true, http.StatusOK
-	d.Reason = reasonPolicyAllowed
+	d.Reason = preflight.ReasonPolicyAllowed
 	if c.bound != nil && c.contract == "" {
 		d.Reason = preflight.ReasonPassed
 		return g.consume(ctx, c, d, now)

@@ -399,6 +399,6 @@ func (g *Gate) afterConsume(c *call, d Decision, res wal.ConsumeResult) Decision
 		d.Allowed, d.Status, d.Reason = false, http.StatusForbidden, reason
 		return d
 	}
-	d.AdvisoryReason, d.Reason = reason, reasonPolicyAllowed
+	d.AdvisoryReason, d.Reason = reason, preflight.ReasonPolicyAllowed
 	return d
 }

@@ -382,13 +382,13 @@ func mcpAdvice(reason string) string {
 		return "The preflight has expired: preflight the plan again and call with the new preflight_id."
 	case preflight.ReasonReplay:
 		return "Every step of this tool in the preflight has been used: preflight again for another call."
-	case reasonMalformedCall:
+	case preflight.ReasonMalformedToolCall:
 		return "The request could not be read as one MCP tools/call: send JSON-RPC 2.0 with params.name, params.arguments as an object and at most one preflight id."
 	case reasonVerifierMissing:
 		return "The gate could not decide just now: try again later."
-	case "approval: pending":
+	case preflight.ReasonApprovalPending:
 		return "The step waits for a person's approval: ask for it, and call again once it is approved."
-	case "approval: rejected":
+	case preflight.ReasonApprovalRejected:
 		return "A person rejected this step: do not call it; change the plan."
 	}
 	switch layer {

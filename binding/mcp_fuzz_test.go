@@ -70,7 +70,7 @@ func FuzzReadMCP(f *testing.F) {
 }
 
 func answerIsJSON(t *testing.T, rpc []rpcMessage, batch bool) {
-	d := Decision{Status: 403, Reason: reasonMalformedCall, AuditID: "au_fuzz", rpc: rpc, rpcBatch: batch}
+	d := Decision{Status: 403, Reason: preflight.ReasonMalformedToolCall, AuditID: "au_fuzz", rpc: rpc, rpcBatch: batch}
 	if _, body := d.ClientDeny(); !json.Valid(body) {
 		t.Fatalf("answer %q is not JSON", body)
 	}

@@ -2,8 +2,8 @@ package preflight
 
 import "github.com/contractrefine/autonomy/preflight/envelope"
 
-// Error codes of the HTTP API (SPEC §3.3): the code of an answer that
-// carries no decision. Each is also the metric label and the log field of
+// Error codes of the HTTP API, its listeners and the built-in gateway: the
+// code of an answer that carries no decision (docs/API.md lists them). Each is also the metric label and the log field of
 // that answer. The tool runtime (cmd/toolruntime) is a separate service
 // with its own.
 const (
@@ -27,7 +27,31 @@ const (
 	CodeApprovalAlreadyDecided = "approval-already-decided"
 	CodeApproverIsActor        = "approver-is-actor"
 	CodeApprovalExpired        = "approval-expired"
+
+	// CodeOverloaded: the listener already holds http.max_body_requests
+	// bodies or http.max_bytes_in_flight bytes of them (503).
+	CodeOverloaded = "overloaded"
+
+	// The built-in gateway's own answers, besides CodeRequestTooLarge (413:
+	// an allowed request's body over the limit).
+	CodeUpstreamUnavailable = "upstream-unavailable" // 502: the upstream failed after an allow
+	CodePathRejected        = "path-rejected"        // 400: an escaped slash or a backslash
+	CodeUpgradeRefused      = "upgrade-refused"      // 400: a protocol upgrade
+	CodeBodyUnreadable      = "body-unreadable"      // 400: an allowed request's body could not be read whole
 )
+
+// Codes returns every error code above. The slice is fresh on each call.
+func Codes() []string {
+	return []string{
+		CodeMalformedRequest, CodeValidationFailed, CodeUnsupportedVersion, CodeDeadlineExceeded,
+		CodeIdempotencyKeyReused, CodeIdempotencyInProgress, CodeRequestTooLarge,
+		CodeUnsupportedMediaType, CodePreflightDisabled, CodeVerifierUnavailable, CodeNotFound,
+		CodeUnauthorized, CodeRemoteReadsForbidden, CodeMethodNotAllowed,
+		CodeApproverNotAuthorized, CodeApprovalAlreadyDecided, CodeApproverIsActor, CodeApprovalExpired,
+		CodeOverloaded,
+		CodeUpstreamUnavailable, CodePathRejected, CodeUpgradeRefused, CodeBodyUnreadable,
+	}
+}
 
 // Mode is contract_refine.mode: what the gate does with a contract failure.
 // The configuration (internal/config) and the gate (binding) name this

@@ -8,18 +8,6 @@ const (
 	ClauseOutputContract = "output_contract"
 )
 
-// Reasons of an outcome (SPEC §12) besides the clause layer's
-// ReasonPostconditionViolated and ReasonInvariantViolated.
-const (
-	ReasonOutputContractViolated = "outcome: output_contract_violated"
-	// ReasonOutcomeUnverified is a response that could not be judged: its
-	// processing failed (a timeout, a broken stream, a body too large to
-	// buffer, a message out of order), or no allowed decision is known for
-	// it. It is never released as if it had passed.
-	ReasonOutcomeUnverified = "outcome: unverified"
-	ReasonOutcomeOK         = "outcome: ok"
-)
-
 // AfterCall is what the tool's response gives the after-call clauses.
 type AfterCall struct {
 	// Args are the call's arguments, as the gate read them before the call.

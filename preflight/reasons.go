@@ -61,7 +61,82 @@ const (
 	ReasonInvariantViolated = "clause: invariant_violated"
 	// ReasonPostconditionViolated: a declared postcondition is false for a result.
 	ReasonPostconditionViolated = "clause: postcondition_violated"
+
+	// ReasonOutputContractViolated: a tool's response is larger than the
+	// envelope's outputContract.maxBytes.
+	ReasonOutputContractViolated = "outcome: output_contract_violated"
+	// ReasonOutcomeUnverified is a response that could not be judged: its
+	// processing failed (a timeout, a broken stream, a body too large to
+	// buffer, a message out of order), or no allowed decision is known for
+	// it. It is never released as if it had passed.
+	ReasonOutcomeUnverified = "outcome: unverified"
+	// ReasonOutcomeOK: every after-call clause of a response held.
+	ReasonOutcomeOK = "outcome: ok"
+
+	// ReasonPolicyAllowed: the operator's policy allowed the call.
+	ReasonPolicyAllowed = "policy: allowed"
+	// ReasonPolicyDenied: the operator's policy denied the call and named no
+	// deny_reason (PolicyReason builds the reason of one that does).
+	ReasonPolicyDenied = "policy: denied"
+
+	// ReasonMalformedToolCall: the gated request cannot be read as one tool
+	// call (kind and args).
+	ReasonMalformedToolCall = "gate: malformed_tool_call"
+	// ReasonPartialBody: Envoy cut the buffered body, so the call the gate
+	// would judge is not the call the tool would run.
+	ReasonPartialBody = "gate: partial_body"
+
+	// The built-in gateway's own answers (beside CodeUpstreamUnavailable,
+	// CodePathRejected, CodeUpgradeRefused, CodeRequestTooLarge and
+	// CodeBodyUnreadable).
+	ReasonGatewayUpstreamUnavailable = "gateway: upstream_unavailable"
+	ReasonGatewayEscapedSlash        = "gateway: escaped_slash"
+	ReasonGatewayUpgradeRefused      = "gateway: upgrade_refused"
+	ReasonGatewayRequestTooLarge     = "gateway: request_too_large"
+	ReasonGatewayBodyUnreadable      = "gateway: body_unreadable"
 )
+
+// Reasons returns every fixed reason of the catalog above, layer by layer.
+// The reasons PolicyReason builds from an operator's deny_reason are not
+// among them. The slice is fresh on each call.
+func Reasons() []string {
+	return []string{
+		ReasonPassed, ReasonRepairRequired, ReasonRepairExhausted,
+		ReasonSessionMetadataMissing, ReasonVerifierUnavailable,
+		ReasonResolverError, ReasonIntrospectorError,
+		ReasonPreflightRequired, ReasonBindingMismatch, ReasonExpired, ReasonReplay,
+		ReasonPlanShapeInvalid, ReasonArgumentProvenanceInvalid, ReasonCapabilityNotInZone,
+		ReasonRollbackContractNotReady, ReasonExpectedEvidenceMissing, ReasonAttestationStale,
+		ReasonDecisionChainIncomplete, ReasonChainUnverifiableOffline,
+		ReasonApprovalPending, ReasonApprovalRejected,
+		ReasonPreconditionViolated, ReasonInvariantViolated, ReasonPostconditionViolated,
+		ReasonOutputContractViolated, ReasonOutcomeUnverified, ReasonOutcomeOK,
+		ReasonPolicyAllowed, ReasonPolicyDenied,
+		ReasonMalformedToolCall, ReasonPartialBody,
+		ReasonGatewayUpstreamUnavailable, ReasonGatewayEscapedSlash, ReasonGatewayUpgradeRefused,
+		ReasonGatewayRequestTooLarge, ReasonGatewayBodyUnreadable,
+	}
+}
+
+// Subreason is the part of reason after its layer: the code of a deny body
+// ("preflight_required" for "contract: preflight_required").
+func Subreason(reason string) string {
+	_, sub, _ := strings.Cut(reason, ": ")
+	return sub
+}
+
+// policyLayer is the layer of the operator's policy reasons.
+const policyLayer = "policy: "
+
+// PolicyReason is the reason of a policy deny whose deny_reason folded to
+// sub (already in the [a-z0-9_]+ shape): "policy: <sub>", or
+// ReasonPolicyDenied when sub is empty.
+func PolicyReason(sub string) string {
+	if sub == "" {
+		return ReasonPolicyDenied
+	}
+	return policyLayer + sub
+}
 
 // Names of the seven contracts of SPEC §3.5.
 const (

@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 
+	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -38,12 +39,6 @@ const (
 	targetFloor   = "floor"
 	targetService = "service"
 	targetFilled  = "service, filled wal"
-)
-
-const (
-	reasonReplay   = "contract: preflight_replay"
-	reasonRequired = "contract: preflight_required"
-	reasonMismatch = "contract: preflight_binding_mismatch"
 )
 
 // settings is the command line.
@@ -378,14 +373,14 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 
 	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, reasonReplay)
+			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, preflight.ReasonReplay)
 		})
 	})
 	rep.add(out, target, scReplay, r)
 
 	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-			return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, reasonRequired)
+			return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, preflight.ReasonPreflightRequired)
 		})
 	})
 	rep.add(out, target, scNoHeader, r)
@@ -473,7 +468,7 @@ func cachedRun(ctx context.Context, cfg settings, cl *client, rep *report, out i
 		return err
 	}
 	r := drive(ctx, 64, time.Hour, len(live), func(ctx context.Context, i int) error {
-		return check(ctx, svc.ac, cl.checkRequest("tool.sleep", live[i]), codes.PermissionDenied, reasonMismatch)
+		return check(ctx, svc.ac, cl.checkRequest("tool.sleep", live[i]), codes.PermissionDenied, preflight.ReasonBindingMismatch)
 	})
 	if r.Errors > 0 {
 		return fmt.Errorf("load: caching bindings: %d errors, first: %s", r.Errors, r.FirstError)

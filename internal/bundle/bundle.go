@@ -527,15 +527,13 @@ func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, st
 			return true, "", nil
 		}
 	}
-	reason := "policy: denied"
+	sub := ""
 	if rs, err := b.denyReason.Eval(ctx, input); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
 		if s, ok := rs[0].Expressions[0].Value.(string); ok {
-			if sub := strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_"); sub != "" {
-				reason = "policy: " + sub
-			}
+			sub = strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_")
 		}
 	}
-	return false, reason, nil
+	return false, preflight.PolicyReason(sub), nil
 }
 
 // maxProbeKinds bounds how many capabilities Decides probes, so that a

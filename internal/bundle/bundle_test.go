@@ -121,7 +121,7 @@ func TestLoadDecodesCapabilities(t *testing.T) {
 		t.Errorf("clause set: refund enforced %v, echo has contract %v", set.Enforced("refund.create.v2"), set.HasContract("tool.echo"))
 	}
 	vs := b.Clauses().Check("refund.create.v2", map[string]any{"amountUsd": -5.0})
-	if len(vs) != 1 || vs[0].Reason != clause.ReasonPrecondition || vs[0].Message != "precondition violated: args.amountUsd > 0 (args.amountUsd = -5)" {
+	if len(vs) != 1 || vs[0].Reason != preflight.ReasonPreconditionViolated || vs[0].Message != "precondition violated: args.amountUsd > 0 (args.amountUsd = -5)" {
 		t.Errorf("Check(-5) = %+v", vs)
 	}
 	if vs := b.Clauses().Check("refund.create.v2", map[string]any{"amountUsd": 125.0}); len(vs) != 0 {

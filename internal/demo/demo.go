@@ -24,6 +24,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/mcpexample"
 	"github.com/contractrefine/autonomy/internal/server"
 	"github.com/contractrefine/autonomy/internal/toolruntime"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // ErrMisbehaved reports that at least one step did not behave as the story
@@ -254,13 +255,13 @@ func (w *walk) story(ctx context.Context) {
 
 	status, _, body, err = w.tool1(ctx, call, second.PreflightID, "demo-call-2")
 	if err == nil {
-		err = expectDeny(status, body, "contract: preflight_replay")
+		err = expectDeny(status, body, preflight.ReasonReplay)
 	}
 	w.step("Call it again with the same preflight id (a replay)", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
 
 	status, _, body, err = w.tool1(ctx, call, "", "demo-call-3")
 	if err == nil {
-		err = expectDeny(status, body, "contract: preflight_required")
+		err = expectDeny(status, body, preflight.ReasonPreflightRequired)
 	}
 	w.step("Call tool.shell without a preflight id", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
 
@@ -338,7 +339,7 @@ func (w *walk) approvalStory(ctx context.Context, session string) {
 	call := map[string]any{"kind": "payment.send.v1", "args": map[string]any{"to": "acct:supplier-77", "amountUsd": 480}}
 	status, _, body, err := w.tool1(ctx, call, d.PreflightID, "demo-pay-1")
 	if err == nil {
-		err = expectDeny(status, body, "approval: pending")
+		err = expectDeny(status, body, preflight.ReasonApprovalPending)
 	}
 	w.step("Call it before anyone approved", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
 
@@ -362,13 +363,13 @@ func (w *walk) approvalStory(ctx context.Context, session string) {
 
 	status, _, body, err = w.tool1(ctx, call, d.PreflightID, "demo-pay-3")
 	if err == nil {
-		err = expectDeny(status, body, "contract: preflight_replay")
+		err = expectDeny(status, body, preflight.ReasonReplay)
 	}
 	w.step("Call it a third time (the approval was for one call)", err, fmt.Sprintf("denied %d %s", status, strings.TrimSpace(string(body))))
 }
 
 func expectRepair(d *decision) error {
-	if d.Outcome != "repair_required" || d.Reason != "contract: repair_required" {
+	if d.Outcome != "repair_required" || d.Reason != preflight.ReasonRepairRequired {
 		return fmt.Errorf("want repair_required, got %s (%s)", d.Outcome, d.Reason)
 	}
 	for _, r := range d.ContractResults {

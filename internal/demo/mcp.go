@@ -14,6 +14,7 @@ import (
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/mcpexample"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // mcpPlan is the MCP story's one-step plan: tool.shell, a side-effecting
@@ -58,7 +59,7 @@ func (w *walk) mcpStory(ctx context.Context) {
 	cmd := "notify on-call case:882"
 	call := &mcp.CallToolParams{Name: "tool.shell", Arguments: map[string]any{"cmd": cmd}}
 	r, err := cs.CallTool(ctx, call)
-	text, err := mcpDenied(r, err, "contract: preflight_required")
+	text, err := mcpDenied(r, err, preflight.ReasonPreflightRequired)
 	w.step("Call tool.shell without a preflight", err, "refused with a tool result the model reads:\n      "+text)
 
 	var rnd [6]byte
@@ -83,7 +84,7 @@ func (w *walk) mcpStory(ctx context.Context) {
 	w.step(`Call it with params._meta["autonomy/preflight_id"]`, err, "allowed, the MCP server answered: "+got)
 
 	r, err = cs.CallTool(ctx, call)
-	text, err = mcpDenied(r, err, "contract: preflight_replay")
+	text, err = mcpDenied(r, err, preflight.ReasonReplay)
 	w.step("Call it again with the same preflight id (a replay)", err, "refused:\n      "+text)
 
 	var join struct {

@@ -124,28 +124,18 @@ func New(o Options) *Gateway {
 				x.Response = binding.Response{Err: fmt.Errorf("upstream: %w", err)}
 				g.o.Judge.Outcome(context.WithoutCancel(r.Context()), x)
 			}
-			g.writeError(w, http.StatusBadGateway, CodeUpstreamUnavailable, "gateway: upstream_unavailable")
+			g.writeError(w, http.StatusBadGateway, preflight.CodeUpstreamUnavailable, preflight.ReasonGatewayUpstreamUnavailable)
 		},
 	}
 	return g
 }
-
-// The codes of the errors the gateway answers itself, besides
-// preflight.CodeRequestTooLarge (413: an allowed request's body over
-// MaxBodyBytes). The body is the deny body's shape: {"error":{"code","reason"}}.
-const (
-	CodeUpstreamUnavailable = "upstream-unavailable" // 502: the upstream failed after an allow
-	CodePathRejected        = "path-rejected"        // 400: an escaped slash or a backslash
-	CodeUpgradeRefused      = "upgrade-refused"      // 400: a protocol upgrade
-	CodeBodyUnreadable      = "body-unreadable"      // 400: an allowed request's body could not be read whole
-)
 
 // ServeHTTP checks the request and forwards it when allowed. The body is
 // read once for the check (up to MaxBodyBytes) and replayed to the
 // upstream; the response streams back.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := normalizePath(r.URL); err != nil {
-		g.writeError(w, http.StatusBadRequest, CodePathRejected, "gateway: escaped_slash")
+		g.writeError(w, http.StatusBadRequest, preflight.CodePathRejected, preflight.ReasonGatewayEscapedSlash)
 		return
 	}
 	if g.o.API != nil && isAPIPath(r.URL.Path) {
@@ -155,7 +145,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A protocol upgrade would turn the connection into a tunnel whose
 	// later requests reach the upstream unchecked.
 	if r.Header.Get("Upgrade") != "" {
-		g.writeError(w, http.StatusBadRequest, CodeUpgradeRefused, "gateway: upgrade_refused")
+		g.writeError(w, http.StatusBadRequest, preflight.CodeUpgradeRefused, preflight.ReasonGatewayUpgradeRefused)
 		return
 	}
 	// The gateway is the proxy: headers only it may set are removed from
@@ -198,9 +188,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// request, and the upstream must not be handed it as if it were.
 		// A gated one was denied above, as unreadable.
 		if errors.Is(req.BodyErr, extauthz.ErrBodyTooLarge) {
-			g.writeError(w, http.StatusRequestEntityTooLarge, preflight.CodeRequestTooLarge, "gateway: request_too_large")
+			g.writeError(w, http.StatusRequestEntityTooLarge, preflight.CodeRequestTooLarge, preflight.ReasonGatewayRequestTooLarge)
 		} else {
-			g.writeError(w, http.StatusBadRequest, CodeBodyUnreadable, "gateway: body_unreadable")
+			g.writeError(w, http.StatusBadRequest, preflight.CodeBodyUnreadable, preflight.ReasonGatewayBodyUnreadable)
 		}
 		return
 	}

@@ -303,7 +303,7 @@ func TestGatewayBodyNotReadWhole(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"body-unreadable"`) {
 		t.Fatalf("body cut off: %d %s", rec.Code, rec.Body.String())
 	}
-	codes.want(t, preflight.CodeRequestTooLarge, CodeBodyUnreadable)
+	codes.want(t, preflight.CodeRequestTooLarge, preflight.CodeBodyUnreadable)
 }
 
 // codeLog collects the codes OnError is told, from the servers' goroutines.
@@ -352,7 +352,7 @@ func TestGatewayCountsItsErrors(t *testing.T) {
 			t.Fatalf("%s: %d %s", tc.path, resp.StatusCode, body)
 		}
 	}
-	codes.want(t, CodePathRejected, CodeUpgradeRefused, CodeUpstreamUnavailable)
+	codes.want(t, preflight.CodePathRejected, preflight.CodeUpgradeRefused, preflight.CodeUpstreamUnavailable)
 }
 
 // TestGatewayUpstreamTimeout: an upstream that does not start its answer
@@ -374,8 +374,8 @@ func TestGatewayUpstreamTimeout(t *testing.T) {
 		o.Upstream, o.UpstreamTimeout, o.OnError = u, 50*time.Millisecond, codes.add
 	})
 	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
-	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, CodeUpstreamUnavailable) {
-		t.Fatalf("hung upstream: %d %s, want 502 %s", resp.StatusCode, body, CodeUpstreamUnavailable)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, preflight.CodeUpstreamUnavailable) {
+		t.Fatalf("hung upstream: %d %s, want 502 %s", resp.StatusCode, body, preflight.CodeUpstreamUnavailable)
 	}
-	codes.want(t, CodeUpstreamUnavailable)
+	codes.want(t, preflight.CodeUpstreamUnavailable)
 }

@@ -3,7 +3,6 @@ package metrics
 import (
 	"sync"
 
-	"github.com/contractrefine/autonomy/internal/gateway"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -11,35 +10,11 @@ import (
 // ladder's, the clauses' and the gate's. They always get their own label
 // value; only reasons outside this set (the operator's policy reasons) count
 // against MaxExtraReasons.
-var knownReasons = []string{
-	preflight.ReasonPassed, preflight.ReasonRepairRequired, preflight.ReasonRepairExhausted,
-	preflight.ReasonSessionMetadataMissing, preflight.ReasonVerifierUnavailable,
-	preflight.ReasonResolverError, preflight.ReasonIntrospectorError,
-	preflight.ReasonPreflightRequired, preflight.ReasonBindingMismatch, preflight.ReasonExpired,
-	preflight.ReasonReplay, preflight.ReasonPlanShapeInvalid, preflight.ReasonArgumentProvenanceInvalid,
-	preflight.ReasonCapabilityNotInZone, preflight.ReasonRollbackContractNotReady,
-	preflight.ReasonExpectedEvidenceMissing, preflight.ReasonAttestationStale,
-	preflight.ReasonDecisionChainIncomplete, preflight.ReasonChainUnverifiableOffline,
-	preflight.ReasonPreconditionViolated, preflight.ReasonInvariantViolated,
-	preflight.ReasonPostconditionViolated, preflight.ReasonApprovalPending, preflight.ReasonApprovalRejected,
-	preflight.ReasonOutputContractViolated, preflight.ReasonOutcomeUnverified, preflight.ReasonOutcomeOK,
-	"policy: allowed", "policy: denied", "gate: malformed_tool_call", "gate: partial_body",
-}
+var knownReasons = preflight.Reasons()
 
 // knownCodes are the error codes the HTTP API, its access check, the gate
 // and the built-in gateway answer with.
-var knownCodes = []string{
-	preflight.CodeMalformedRequest, preflight.CodeValidationFailed, preflight.CodeUnsupportedVersion,
-	preflight.CodeDeadlineExceeded, preflight.CodeIdempotencyKeyReused, preflight.CodeIdempotencyInProgress,
-	preflight.CodeRequestTooLarge, preflight.CodeUnsupportedMediaType, preflight.CodePreflightDisabled, preflight.CodeVerifierUnavailable,
-	preflight.CodeNotFound, preflight.CodeUnauthorized, preflight.CodeMethodNotAllowed,
-	preflight.CodeApproverNotAuthorized, preflight.CodeApprovalAlreadyDecided, preflight.CodeApproverIsActor,
-	preflight.CodeApprovalExpired,
-	preflight.CodeRemoteReadsForbidden,
-	gateway.CodeUpstreamUnavailable, gateway.CodePathRejected, gateway.CodeUpgradeRefused,
-	gateway.CodeBodyUnreadable,
-	"verifier_unavailable",
-}
+var knownCodes = append(preflight.Codes(), preflight.Subreason(preflight.ReasonVerifierUnavailable))
 
 // labelSet bounds the values one label takes: the known values, plus the
 // first limit others seen; anything later becomes OtherReason. The fast path

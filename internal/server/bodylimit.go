@@ -6,12 +6,8 @@ import (
 
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/preflight"
 )
-
-// CodeOverloaded is the error code of a request refused because the
-// listener already holds http.max_body_requests bodies or
-// http.max_bytes_in_flight bytes of them.
-const CodeOverloaded = "overloaded"
 
 // bodyLimiter bounds the requests with a body that are read and decided
 // at once, and the body bytes they reserve between them: each reserves
@@ -47,10 +43,10 @@ func (l *bodyLimiter) wrap(next http.Handler) http.Handler {
 		}
 		if !l.acquire(n) {
 			if l.onError != nil {
-				l.onError(CodeOverloaded)
+				l.onError(preflight.CodeOverloaded)
 			}
 			w.Header().Set("Retry-After", "1")
-			httpapi.WriteError(w, http.StatusServiceUnavailable, CodeOverloaded,
+			httpapi.WriteError(w, http.StatusServiceUnavailable, preflight.CodeOverloaded,
 				"Too many requests with a body are being read or decided; retry shortly.")
 			return
 		}

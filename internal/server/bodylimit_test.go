@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/preflight"
 )
 
 // TestBodyRequestsBounded scripts the slow-body attack: a connection sends
@@ -41,7 +42,7 @@ func TestBodyRequestsBounded(t *testing.T) {
 	for range 500 { // until the slow request holds the one place
 		status, h, code := post()
 		if status == http.StatusServiceUnavailable {
-			if code != CodeOverloaded || h.Get("Retry-After") == "" {
+			if code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
 				t.Fatalf("503 with code %q, Retry-After %q; want overloaded and a Retry-After", code, h.Get("Retry-After"))
 			}
 			refused = true

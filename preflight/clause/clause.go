@@ -28,12 +28,6 @@ const (
 	Postconditions = "postconditions"
 )
 
-// Reason codes of a ClauseViolation (SPEC §7).
-const (
-	ReasonPrecondition = "clause: precondition_violated"
-	ReasonInvariant    = "clause: invariant_violated"
-)
-
 // Options configures Compile. The zero value uses the defaults.
 type Options struct {
 	// CostLimit bounds the CEL runtime cost of one clause evaluation; an
@@ -121,8 +115,8 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 			exprs                  []string
 			env                    *cel.Env
 		}{
-			{Preconditions, "precondition", ReasonPrecondition, spec.Preconditions, argsEnv},
-			{Invariants, "invariant", ReasonInvariant, spec.Invariants, argsEnv},
+			{Preconditions, "precondition", preflight.ReasonPreconditionViolated, spec.Preconditions, argsEnv},
+			{Invariants, "invariant", preflight.ReasonInvariantViolated, spec.Invariants, argsEnv},
 			{Postconditions, preflight.ClausePostcondition, preflight.ReasonPostconditionViolated, spec.Postconditions, postEnv},
 		}
 		for _, l := range lists {
