@@ -284,6 +284,9 @@ type Decision struct {
 	// when rpcBatch; they shape the deny (MCPDenyBody).
 	rpc      []rpcMessage
 	rpcBatch bool
+	// argsDigest is the args digest a stored decision frame recorded
+	// (Gate.Report compares a runtime's report with it).
+	argsDigest string
 }
 
 // Code returns the subreason, the stable error code of a deny.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -31,6 +32,7 @@ type OutcomeStore interface {
 	CallDecision(ctx context.Context, auditID, requestID string) (wal.Frame, error)
 	OutputMaxBytes(ctx context.Context, preflightID string) (int64, error)
 	AppendOutcome(ctx context.Context, rec wal.OutcomeRecord) (wal.Frame, error)
+	HasOutcome(ctx context.Context, auditID, requestID string) (bool, error)
 }
 
 var _ OutcomeStore = (*wal.DB)(nil)
@@ -82,6 +84,10 @@ type Verdict struct {
 	Attrs wal.OutcomeAttrs
 	// Violation is the clause that decided a violated outcome, if any.
 	Violation *wal.OutcomeClause
+	// Unrecorded is true when no frame was written for this verdict (the
+	// log failed, or judging panicked): the response is refused, and a
+	// runtime's report is answered as not recorded.
+	Unrecorded bool
 }
 
 // outputLimitCacheSize bounds the cache of the output contracts of
@@ -93,6 +99,11 @@ const outputLimitCacheSize = 4096
 type outcomes struct {
 	store  OutcomeStore
 	limits *lru.Cache[string, int64]
+	// reports are the calls whose runtime report is being judged, by
+	// audit id and request id, so that two reports at once record one
+	// outcome.
+	reportsMu sync.Mutex
+	reports   map[string]bool
 }
 
 func newOutcomes(o *Options) outcomes {
@@ -101,7 +112,7 @@ func newOutcomes(o *Options) outcomes {
 		s, _ = o.Store.(OutcomeStore)
 	}
 	limits, _ := lru.New[string, int64](outputLimitCacheSize) // the size is positive
-	return outcomes{store: s, limits: limits}
+	return outcomes{store: s, limits: limits, reports: map[string]bool{}}
 }
 
 // errNoDecision is a response whose request no allowed decision is known
@@ -213,7 +224,8 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		return g.refuse(v)
 	}
 	g.o.Logger.InfoContext(ctx, "outcome", "audit_id", auditID, "outcome", attrs.Outcome, "reason", attrs.Reason,
-		"enforced", attrs.Enforced, "status", attrs.Status, "tool_kind", attrs.ToolKind, "request_id", attrs.RequestID)
+		"enforced", attrs.Enforced, "status", attrs.Status, "tool_kind", attrs.ToolKind, "request_id", attrs.RequestID,
+		"reported_by", attrs.ReportedBy)
 	return v
 }
 
@@ -252,7 +264,7 @@ func (g *Gate) judge(attrs *wal.OutcomeAttrs, v *Verdict) {
 // refuse turns v into a 502 that names no clause: the response could not
 // be judged or its judgement not recorded.
 func (g *Gate) refuse(v Verdict) Verdict {
-	v.Judged, v.Release, v.Warning, v.Violation = true, false, "", nil
+	v.Judged, v.Release, v.Warning, v.Violation, v.Unrecorded = true, false, "", nil, true
 	v.Attrs.Outcome, v.Attrs.Reason, v.Attrs.Enforced = wal.OutcomeViolated, preflight.ReasonOutcomeUnverified, true
 	v.Status, v.Body = http.StatusBadGateway, violationBody(&v.Attrs, v.AuditID, nil)
 	return v
@@ -287,12 +299,13 @@ func (g *Gate) decisionFor(ctx context.Context, x *Exchange, c *call) (*Decision
 		StepID      string `json:"step_id"`
 		ToolKind    string `json:"tool_kind"`
 		Mode        string `json:"mode"`
+		ArgsDigest  string `json:"args_digest"`
 	}
 	if err := json.Unmarshal(f.Attrs, &a); err != nil {
 		return nil, fmt.Errorf("%w: decision frame %d: %v", wal.ErrCorrupt, f.Seq, err)
 	}
 	return &Decision{Allowed: true, Gated: true, AuditID: auditID, Mode: Mode(a.Mode), PreflightID: a.PreflightID,
-		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: c.requestID}, nil
+		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: c.requestID, argsDigest: a.ArgsDigest}, nil
 }
 
 // outputLimit is the outputContract.maxBytes of a preflight, cached: it

@@ -38,6 +38,11 @@ const (
 	CodePathRejected        = "path-rejected"        // 400: an escaped slash or a backslash
 	CodeUpgradeRefused      = "upgrade-refused"      // 400: a protocol upgrade
 	CodeBodyUnreadable      = "body-unreadable"      // 400: an allowed request's body could not be read whole
+
+	// POST /v1/outcome's, a tool runtime's own report (docs/API.md).
+	CodeReporterNotAuthorized  = "reporter-not-authorized"
+	CodeOutcomeAlreadyReported = "outcome-already-reported"
+	CodeOutcomeMismatch        = "outcome-mismatch"
 )
 
 // Codes returns every error code above. The slice is fresh on each call.
@@ -49,6 +54,7 @@ func Codes() []string {
 		CodeUnauthorized, CodeRemoteReadsForbidden, CodeMethodNotAllowed,
 		CodeApproverNotAuthorized, CodeApprovalAlreadyDecided, CodeApproverIsActor, CodeApprovalExpired,
 		CodeOverloaded,
+		CodeReporterNotAuthorized, CodeOutcomeAlreadyReported, CodeOutcomeMismatch,
 		CodeUpstreamUnavailable, CodePathRejected, CodeUpgradeRefused, CodeBodyUnreadable,
 	}
 }

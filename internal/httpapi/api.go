@@ -61,6 +61,9 @@ type Options struct {
 	// Approvers tells who presents a decision to the approvals API
 	// (SPEC §13); nil refuses every decision.
 	Approvers Approvers
+	// Outcomes judges the tool runtimes' own reports (POST /v1/outcome);
+	// nil answers every report 404.
+	Outcomes Reporter
 	// Replica names this replica in the frames it writes.
 	Replica string
 	// Now is the approvals API's clock.
@@ -99,6 +102,7 @@ func New(o Options) *API {
 	a.mux.HandleFunc("/v1/preflight/", a.methodNotAllowed("GET, HEAD"))
 	a.mux.HandleFunc("/v1/audit/", a.methodNotAllowed("GET, HEAD"))
 	a.routeApprovals()
+	a.routeOutcome()
 	return a
 }
 

@@ -46,7 +46,8 @@ func (ap *Approver) isActor(a *wal.Approval) bool {
 	return ap.Subject != "" && ap.Subject == a.ActorID
 }
 
-// Approvers tells who presents a request to the approvals API.
+// Approvers tells who presents a request to the approvals API and to
+// POST /v1/outcome.
 type Approvers interface {
 	// Approver returns the holder of the request's bearer token; ok is
 	// false without a valid one.

@@ -225,6 +225,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Access:       s.sec.access,
 		Observer:     s.obs.metrics,
 		Approvers:    s.sec.access,
+		Outcomes:     s.gate,
 		Now:          s.now,
 		Replica:      walReplica(&cfg),
 	})
@@ -283,6 +284,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/audit/", s.api)
 	mux.Handle("/v1/approvals", s.api)
 	mux.Handle("/v1/approvals/", s.api)
+	mux.Handle("/v1/outcome", s.api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"status":"ok"}`))
