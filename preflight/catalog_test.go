@@ -56,6 +56,7 @@ var specCodes = []string{
 var serviceCodes = []string{
 	"unsupported-media-type", "unauthorized", "remote-reads-forbidden", "method-not-allowed",
 	"overloaded",
+	"reporter-not-authorized", "outcome-already-reported", "outcome-mismatch",
 	"upstream-unavailable", "path-rejected", "upgrade-refused", "body-unreadable",
 }
 
