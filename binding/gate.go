@@ -20,6 +20,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/observe"
 	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -80,6 +81,15 @@ type Observer interface {
 	GateDecision(d *Decision, took time.Duration)
 }
 
+// CheckObserver is told where each Check begins and how it ended (once for
+// a JSON-RPC batch), in terms that name no type of this package; tracing
+// implements it with a span around the check. The check runs in the
+// context StartCheck returns, and EndCheck gets that context back.
+type CheckObserver interface {
+	StartCheck(ctx context.Context) context.Context
+	EndCheck(ctx context.Context, c observe.Check)
+}
+
 // Options configures a Gate. Zero values mean the defaults.
 type Options struct {
 	// Store holds the bindings and their consumed markers (internal/state).
@@ -121,6 +131,8 @@ type Options struct {
 	// way.
 	NoDecisionLog bool
 	Observer      Observer
+	// Spans, when set, is told where each check begins and ends.
+	Spans CheckObserver
 	// Outcomes is the store tool outcomes are judged with (outcome.go);
 	// nil means Store, when it is one.
 	Outcomes OutcomeStore
@@ -361,6 +373,13 @@ func (d *Decision) Recorded() (outcome, reason string, enforced bool) {
 	return "deny", d.Reason, true
 }
 
+// observed is d as observers outside this package see it.
+func (d *Decision) observed() observe.Check {
+	outcome, reason, enforced := d.Recorded()
+	return observe.Check{AuditID: d.AuditID, PreflightID: d.PreflightID, ToolKind: d.ToolKind,
+		Mode: string(d.Mode), Outcome: outcome, Reason: reason, Enforced: enforced, Status: d.Status}
+}
+
 // call is what the gate works out about one request.
 type call struct {
 	req       *Request
@@ -398,7 +417,17 @@ type call struct {
 
 // Check decides one request. It never returns an allow when something went
 // wrong: errors and panics become a 503 deny.
-func (g *Gate) Check(ctx context.Context, r *Request) (d Decision) {
+func (g *Gate) Check(ctx context.Context, r *Request) Decision {
+	if g.o.Spans == nil || r.batchItem {
+		return g.check(ctx, r)
+	}
+	ctx = g.o.Spans.StartCheck(ctx)
+	d := g.check(ctx, r)
+	g.o.Spans.EndCheck(ctx, d.observed())
+	return d
+}
+
+func (g *Gate) check(ctx context.Context, r *Request) (d Decision) {
 	if msgs := g.batchOf(r); msgs != nil {
 		return g.checkBatch(ctx, r, msgs)
 	}

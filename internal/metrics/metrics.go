@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/httpapi"
+	"github.com/contractrefine/autonomy/internal/observe"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -324,16 +326,16 @@ func (m *Metrics) CacheLookup(hit bool) {
 // CacheEvicted records a binding-cache eviction (binding.Observer).
 func (m *Metrics) CacheEvicted() { m.cacheEvictions.Inc() }
 
-// Preflight records one preflight decision (httpapi.Observer).
-func (m *Metrics) Preflight(outcome preflight.Outcome, reason string, attempt int, took time.Duration) {
-	o := string(outcome)
-	reason = m.reasons.value(reason)
+// Preflight records one preflight decision (submit.Observer).
+func (m *Metrics) Preflight(_ context.Context, p observe.Preflight) {
+	o := p.Outcome
+	reason := m.reasons.value(p.Reason)
 	m.counter(childKey{metric: metricPreflightDecisions, a: o, b: reason}, m.preflightDecisions, o, reason).Inc()
-	m.observer(childKey{metric: metricPreflightDuration, a: o}, m.preflightDuration, o).Observe(took.Seconds())
+	m.observer(childKey{metric: metricPreflightDuration, a: o}, m.preflightDuration, o).Observe(p.Took.Seconds())
 	switch {
-	case attempt > 1:
+	case p.Attempt > 1:
 		m.repairAttempts.WithLabelValues(o).Inc()
-	case outcome == preflight.OutcomeRepairRequired:
+	case o == string(preflight.OutcomeRepairRequired):
 		m.repairSessions.Inc()
 	}
 }

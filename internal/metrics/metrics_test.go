@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/observe"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -29,7 +31,7 @@ func TestNamesPassPromlint(t *testing.T) {
 	m, reg := newMetrics(t)
 	// Touch every vector so each family has a series to lint.
 	m.GateDecision(&binding.Decision{Allowed: true, Status: 200, Reason: "policy: allowed", Mode: binding.ModeEnforce}, time.Millisecond)
-	m.Preflight(preflight.OutcomePass, preflight.ReasonPassed, 2, time.Millisecond)
+	m.Preflight(context.Background(), observe.Preflight{Outcome: string(preflight.OutcomePass), Reason: preflight.ReasonPassed, Attempt: 2, Took: time.Millisecond})
 	m.APIError("not-found")
 	m.WALCommit(3, time.Millisecond, nil)
 	m.SetBundle("abc", "embedded default bundle")
@@ -120,10 +122,10 @@ func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 
 func TestPreflightAndRepair(t *testing.T) {
 	m, _ := newMetrics(t)
-	m.Preflight(preflight.OutcomeRepairRequired, preflight.ReasonRepairRequired, 1, time.Millisecond)
-	m.Preflight(preflight.OutcomePass, preflight.ReasonPassed, 2, time.Millisecond)
-	m.Preflight(preflight.OutcomeDeny, preflight.ReasonRepairExhausted, 3, time.Millisecond)
-	m.Preflight(preflight.OutcomePass, preflight.ReasonPassed, 1, time.Millisecond)
+	m.Preflight(context.Background(), observe.Preflight{Outcome: string(preflight.OutcomeRepairRequired), Reason: preflight.ReasonRepairRequired, Attempt: 1, Took: time.Millisecond})
+	m.Preflight(context.Background(), observe.Preflight{Outcome: string(preflight.OutcomePass), Reason: preflight.ReasonPassed, Attempt: 2, Took: time.Millisecond})
+	m.Preflight(context.Background(), observe.Preflight{Outcome: string(preflight.OutcomeDeny), Reason: preflight.ReasonRepairExhausted, Attempt: 3, Took: time.Millisecond})
+	m.Preflight(context.Background(), observe.Preflight{Outcome: string(preflight.OutcomePass), Reason: preflight.ReasonPassed, Attempt: 1, Took: time.Millisecond})
 	checks := map[string]struct {
 		c    prometheus.Collector
 		want float64

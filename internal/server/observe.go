@@ -14,7 +14,9 @@ import (
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/metrics"
+	"github.com/contractrefine/autonomy/internal/observe"
 	"github.com/contractrefine/autonomy/internal/tracing"
+	"github.com/contractrefine/autonomy/preflight/submit"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -51,6 +53,24 @@ func newObservability(ctx context.Context, cfg *config.Config, o *Options, pendi
 	obs.tracing, err = tracing.New(ctx, tracing.Options{Endpoint: cfg.Tracing.OTLPEndpoint,
 		SampleRatio: cfg.Tracing.SampleRatio, ServiceVersion: o.Version, TracerProvider: o.TracerProvider})
 	return obs, err
+}
+
+// spans is the gate's CheckObserver: tracing when it is on, else none, so
+// an untraced check makes no calls for it.
+func (obs *observability) spans() binding.CheckObserver {
+	if !obs.tracing.Enabled() {
+		return nil
+	}
+	return obs.tracing
+}
+
+// preflightObservers tells each observer about a decided preflight.
+type preflightObservers []submit.Observer
+
+func (p preflightObservers) Preflight(ctx context.Context, e observe.Preflight) {
+	for _, o := range p {
+		o.Preflight(ctx, e)
+	}
 }
 
 // metricsHandler serves the registry in the Prometheus exposition format.

@@ -91,7 +91,6 @@ type Server struct {
 	lns       *Listeners
 	sec       security
 	obs       observability
-	checker   extauthz.Checker // the gate, traced when tracing is on
 	reloadMu  sync.Mutex
 	notifier  *webhook.Notifier
 	// verifyPending: the WAL was still being verified when New returned.
@@ -196,8 +195,8 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Logger:           s.log,
 		NoDecisionLog:    !cfg.Log.Decisions,
 		Observer:         s.obs.metrics,
+		Spans:            s.obs.spans(),
 	})
-	s.checker = s.obs.tracing.Checker(s.gate)
 	verifier := preflight.NewVerifier(preflight.Options{Chain: store, BindingWindow: cfg.ContractRefine.BindingWindow,
 		Offline: cfg.ContractRefine.Offline, Now: s.now, Kinds: kindRule(&cfg)})
 	s.api = httpapi.New(httpapi.Options{
@@ -215,7 +214,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 			NewAuditID:         ids.Audit,
 			Logger:             s.log,
 			NoDecisionLog:      !cfg.Log.Decisions,
-			Observer:           s.obs.metrics,
+			Observer:           preflightObservers{s.obs.metrics, s.obs.tracing},
 			ApprovalsRequested: s.startNotifier(),
 		}),
 		Store:        store,
@@ -249,7 +248,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	// Check responses are marshalled by go-control-plane's generated code.
 	opts = append(opts, extauthz.CodecOption())
 	s.grpc = grpc.NewServer(opts...)
-	extauthz.NewServer(s.checker).Register(s.grpc)
+	extauthz.NewServer(s.gate).Register(s.grpc)
 	extauthz.NewProcessor(s.gate, extauthz.ProcessorOptions{Timeout: cfg.HTTP.WriteTimeout,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes}).Register(s.grpc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -311,7 +310,7 @@ func (s *Server) Handler() http.Handler {
 		httpapi.WriteError(w, http.StatusNotFound, preflight.CodeNotFound, "No endpoint has this path.")
 	}
 	mux.HandleFunc("/", notFound)
-	check := extauthz.NewHTTPHandler(s.checker, s.cfg.HTTP.MaxBodyBytes)
+	check := extauthz.NewHTTPHandler(s.gate, s.cfg.HTTP.MaxBodyBytes)
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
 		switch {
@@ -488,7 +487,7 @@ func (s *Server) Run(ctx context.Context) error {
 		// The gateway also serves the API routes (with the HTTP listener's
 		// access rules), so its address is the deployment's one front URL.
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
-		gw := gateway.New(gateway.Options{Gate: s.checker, Judge: s.gate, Upstream: up, API: s.Handler(),
+		gw := gateway.New(gateway.Options{Gate: s.gate, Judge: s.gate, Upstream: up, API: s.Handler(),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
 			OnError: s.obs.metrics.APIError, UpstreamTimeout: answerWindow(s.cfg.HTTP.WriteTimeout)})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))

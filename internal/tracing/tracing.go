@@ -22,9 +22,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 
-	"github.com/contractrefine/autonomy/binding"
-	"github.com/contractrefine/autonomy/extauthz"
-	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/internal/observe"
 )
 
 var (
@@ -181,58 +179,56 @@ func (t *Tracing) GRPCServerOptions() []grpc.ServerOption {
 		otelgrpc.WithFilter(filters.Not(filters.HealthCheck()))))}
 }
 
-// Checker wraps the gate so every decision gets an autonomy.check span
-// carrying the audit id and the verdict. The gate runs with the span in its
-// context, so its log lines carry the span's ids.
-func (t *Tracing) Checker(c extauthz.Checker) extauthz.Checker {
+// StartCheck starts the autonomy.check span of one gate decision
+// (binding.CheckObserver). The gate runs with the span in its context, so
+// its log lines carry the span's ids.
+func (t *Tracing) StartCheck(ctx context.Context) context.Context {
 	if !t.enabled {
-		return c
+		return ctx
 	}
-	return &checker{next: c, tracer: t.tracer}
+	ctx, _ = t.tracer.Start(ctx, SpanCheck, trace.WithSpanKind(trace.SpanKindInternal))
+	return ctx
 }
 
-type checker struct {
-	next   extauthz.Checker
-	tracer trace.Tracer
-}
-
-func (c *checker) Check(ctx context.Context, r *binding.Request) binding.Decision {
-	ctx, span := c.tracer.Start(ctx, SpanCheck, trace.WithSpanKind(trace.SpanKindInternal))
+// EndCheck puts the verdict on the span StartCheck started and ends it.
+func (t *Tracing) EndCheck(ctx context.Context, c observe.Check) {
+	if !t.enabled {
+		return // ctx holds the caller's span, not one of StartCheck's
+	}
+	span := trace.SpanFromContext(ctx)
 	defer span.End()
-	d := c.next.Check(ctx, r)
-	outcome, reason, enforced := d.Recorded()
+	if !span.IsRecording() {
+		return
+	}
 	span.SetAttributes(
-		AttrAuditID.String(d.AuditID),
-		AttrOutcome.String(outcome),
-		AttrReason.String(reason),
-		AttrEnforced.Bool(enforced),
-		AttrMode.String(string(d.Mode)),
-		AttrStatus.Int(d.Status),
-		AttrToolKind.String(d.ToolKind))
-	if d.PreflightID != "" {
-		span.SetAttributes(AttrPreflightID.String(d.PreflightID))
+		AttrAuditID.String(c.AuditID),
+		AttrOutcome.String(c.Outcome),
+		AttrReason.String(c.Reason),
+		AttrEnforced.Bool(c.Enforced),
+		AttrMode.String(c.Mode),
+		AttrStatus.Int(c.Status),
+		AttrToolKind.String(c.ToolKind))
+	if c.PreflightID != "" {
+		span.SetAttributes(AttrPreflightID.String(c.PreflightID))
 	}
-	if d.Status >= http.StatusInternalServerError {
-		span.SetStatus(codes.Error, reason)
+	if c.Status >= http.StatusInternalServerError {
+		span.SetStatus(codes.Error, c.Reason)
 	}
-	return d
 }
 
-var _ extauthz.Checker = (*checker)(nil)
-
-// AnnotatePreflight puts a preflight verdict on the span in ctx (the HTTP
-// server span of POST /v1/preflight). Without a recording span it does
-// nothing, so callers need not know whether tracing is on.
-func AnnotatePreflight(ctx context.Context, d *preflight.Decision, bundleRevision string) {
+// Preflight puts a preflight verdict on the span in ctx (the HTTP server
+// span of POST /v1/preflight; submit.Observer). Without a recording span it
+// does nothing, so callers need not know whether tracing is on.
+func (t *Tracing) Preflight(ctx context.Context, p observe.Preflight) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
 	span.SetAttributes(
-		AttrAuditID.String(d.AuditID),
-		AttrPreflightID.String(d.PreflightID),
-		AttrOutcome.String(string(d.Outcome)),
-		AttrReason.String(d.Reason),
-		AttrAttempt.Int(d.Attempt),
-		AttrBundleRevision.String(bundleRevision))
+		AttrAuditID.String(p.AuditID),
+		AttrPreflightID.String(p.PreflightID),
+		AttrOutcome.String(p.Outcome),
+		AttrReason.String(p.Reason),
+		AttrAttempt.Int(p.Attempt),
+		AttrBundleRevision.String(p.BundleRevision))
 }

@@ -18,7 +18,7 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/contractrefine/autonomy/binding"
+	"github.com/contractrefine/autonomy/internal/observe"
 )
 
 func TestLogHandlerAddsTraceIDs(t *testing.T) {
@@ -94,19 +94,20 @@ func TestOffByDefault(t *testing.T) {
 	if tr.Enabled() {
 		t.Fatal("tracing on with no endpoint")
 	}
-	gate := checkerFunc(func(context.Context, *binding.Request) binding.Decision { return binding.Decision{} })
-	if _, wrapped := tr.Checker(gate).(*checker); wrapped {
-		t.Error("the gate was wrapped with tracing off")
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, 1)
+	if got := tr.StartCheck(ctx); got != ctx {
+		t.Error("StartCheck changed the context with tracing off")
 	}
 	if tr.GRPCServerOptions() != nil {
 		t.Error("gRPC options with tracing off")
 	}
 }
 
-type checkerFunc func(context.Context, *binding.Request) binding.Decision
-
-func (f checkerFunc) Check(ctx context.Context, r *binding.Request) binding.Decision {
-	return f(ctx, r)
+// check runs gate as the gate runs a check with tr as its CheckObserver.
+func check(tr *Tracing, ctx context.Context, gate func(ctx context.Context) observe.Check) {
+	ctx = tr.StartCheck(ctx)
+	tr.EndCheck(ctx, gate(ctx))
 }
 
 func TestCheckerSpan(t *testing.T) {
@@ -118,15 +119,15 @@ func TestCheckerSpan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var inner trace.SpanContext
-	gate := checkerFunc(func(ctx context.Context, r *binding.Request) binding.Decision {
+	gate := func(ctx context.Context) observe.Check {
 		inner = trace.SpanContextFromContext(ctx)
-		return binding.Decision{Status: 503, Reason: "contract: verifier_unavailable", AuditID: "au_0123456789abcdef",
-			Mode: binding.ModeEnforce}
-	})
+		return observe.Check{Status: 503, Outcome: "deny", Reason: "contract: verifier_unavailable",
+			Enforced: true, AuditID: "au_0123456789abcdef", Mode: "enforce"}
+	}
 	// The caller's W3C context, as the gRPC or HTTP layer would extract it.
 	carrier := propagation.MapCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	ctx := tr.Propagator().Extract(context.Background(), carrier)
-	tr.Checker(gate).Check(ctx, &binding.Request{})
+	check(tr, ctx, gate)
 	spans := exp.GetSpans()
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1", len(spans))
@@ -216,10 +217,9 @@ func TestExportsToTheConfiguredEndpoint(t *testing.T) {
 			if tc.traceparent != "" {
 				ctx = tr.Propagator().Extract(ctx, propagation.MapCarrier{"traceparent": tc.traceparent})
 			}
-			gate := checkerFunc(func(context.Context, *binding.Request) binding.Decision {
-				return binding.Decision{Allowed: true, Status: 200, AuditID: "au_exported000000000"}
+			check(tr, ctx, func(context.Context) observe.Check {
+				return observe.Check{Outcome: "allow", Status: 200, AuditID: "au_exported000000000"}
 			})
-			tr.Checker(gate).Check(ctx, &binding.Request{})
 			if err := tr.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -251,13 +251,12 @@ func BenchmarkChecker(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := binding.Decision{Allowed: true, Status: 200, Reason: "contract: passed", AuditID: "au_0123456789abcdef",
-		PreflightID: "pf_0123456789abcdef", Mode: binding.ModeEnforce, ToolKind: "tool.echo"}
-	c := tr.Checker(checkerFunc(func(context.Context, *binding.Request) binding.Decision { return d }))
-	r := &binding.Request{}
+	c := observe.Check{Outcome: "allow", Status: 200, Reason: "contract: passed", AuditID: "au_0123456789abcdef",
+		PreflightID: "pf_0123456789abcdef", Mode: "enforce", ToolKind: "tool.echo"}
+	gate := func(context.Context) observe.Check { return c }
 	b.ReportAllocs()
 	for b.Loop() {
-		c.Check(context.Background(), r)
+		check(tr, context.Background(), gate)
 	}
 }
 

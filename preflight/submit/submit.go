@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/observe"
 	"github.com/contractrefine/autonomy/internal/state"
-	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 	"github.com/contractrefine/autonomy/wal"
@@ -31,9 +31,10 @@ type Bundle interface {
 	Revision() string
 }
 
-// Observer is told about each decided preflight; metrics implement it.
+// Observer is told about each decided preflight, in the context of its
+// submission; metrics and tracing implement it.
 type Observer interface {
-	Preflight(outcome preflight.Outcome, reason string, attempt int, took time.Duration)
+	Preflight(ctx context.Context, p observe.Preflight)
 }
 
 // Options configures a Service. Zero values mean the defaults.
@@ -154,9 +155,10 @@ func (s *Service) Submit(ctx context.Context, sub Submission) (*Answer, *Error) 
 		return nil, err
 	}
 	if s.o.Observer != nil {
-		s.o.Observer.Preflight(d.Outcome, d.Reason, d.Attempt, time.Since(start))
+		s.o.Observer.Preflight(ctx, observe.Preflight{AuditID: d.AuditID, PreflightID: d.PreflightID,
+			Outcome: string(d.Outcome), Reason: d.Reason, Attempt: d.Attempt, BundleRevision: in.revision,
+			Took: time.Since(start)})
 	}
-	tracing.AnnotatePreflight(ctx, d, in.revision)
 	if !s.o.NoDecisionLog {
 		s.o.Logger.InfoContext(ctx, "preflight decided", "audit_id", d.AuditID, "preflight_id", d.PreflightID,
 			"outcome", string(d.Outcome), "reason", d.Reason, "attempt", d.Attempt, "dry_run", sub.DryRun)
