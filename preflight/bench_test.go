@@ -1,7 +1,9 @@
 package preflight
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -32,5 +34,40 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		if _, err := DecodeRequest(body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// hugeArgsBody is a PreflightRequest of one step whose args hold keys
+// object members of ~14 bytes each, about 1 MB for 70,000 keys: the body of
+// the issue-21 attack.
+func hugeArgsBody(keys int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"intent":{"summary":"s","plan_hash":"p"},"plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"default","args":{`)
+	for i := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%07d":%d`, i, i%10)
+	}
+	b.WriteString(`}}]},"context":{"actor":{"id":"user:a","session_id":"s"}}}`)
+	return b.Bytes()
+}
+
+// BenchmarkDecodeHugeArgs measures what a 1 MB args object costs to
+// decode: refused past MaxArgsValues (70,000 keys) and accepted just
+// within it.
+func BenchmarkDecodeHugeArgs(b *testing.B) {
+	for _, keys := range []int{70000, MaxArgsValues - 1} {
+		body := hugeArgsBody(keys)
+		b.Run(fmt.Sprintf("%d keys %d KB", keys, len(body)>>10), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				_, err := DecodeRequest(body)
+				if (err != nil) != (keys > MaxArgsValues) {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

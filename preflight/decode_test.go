@@ -175,3 +175,55 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestPastBoundCountsAsTheDecoder holds the flat count that refuses args
+// past MaxArgsValues to the decoder's: for every room, pastBound refuses
+// exactly when the walk would, naming the same value.
+func TestPastBoundCountsAsTheDecoder(t *testing.T) {
+	for _, args := range []string{
+		`{}`,
+		`{"a":1}`,
+		` { "a" : [ 1 , "x" , { "b" : null , "c~/" : [ true , false ] } ] , "d" : { } , "e" : [ ] , "f" : "s\"q}]," }`,
+		`{"k\u00e9y":[[1],[2,[3]]],"z\\":{"y":{"x":-1.5e3}}}`,
+		`{"":[{},{"":[]}],"n":[0,1,2,3,4,5,6,7,8,9,10,11]}`,
+	} {
+		walked := 0
+		for room := 0; ; room++ {
+			dec := json.NewDecoder(strings.NewReader(args))
+			dec.UseNumber()
+			d := &requestDecoder{dec: dec, body: []byte(args), values: MaxArgsValues - room}
+			tok, _ := dec.Token()
+			_, werr := d.value(tok, "")
+			rel, over := pastBound([]byte(strings.TrimLeft(args, " ")), room)
+			if werr == nil {
+				if over {
+					t.Errorf("%s: room %d: refused at %q, the decoder took it", args, room, rel)
+				}
+				walked = room
+				break
+			}
+			if !over || rel != werr.Path {
+				t.Errorf("%s: room %d: pastBound = %q, %v; the decoder refused %q", args, room, rel, over, werr.Path)
+			}
+		}
+		if walked == 0 {
+			t.Errorf("%s: never decoded", args)
+		}
+	}
+}
+
+// TestHugeArgsRefusedCheaply: a 1 MB args object of 70,000 keys, the body
+// of the issue-21 attack, is refused before any of it is decoded. The walk
+// that refused it at the 10,001st value took 150,000 allocations (5.4 MB).
+func TestHugeArgsRefusedCheaply(t *testing.T) {
+	body := hugeArgsBody(70000)
+	allocs := testing.AllocsPerRun(5, func() {
+		if _, err := DecodeRequest(body); err == nil || !strings.Contains(err.Message, "more than 10000 values") ||
+			err.Path != "/plan/steps/0/args/k0009999" {
+			t.Fatalf("want the args bound at /plan/steps/0/args/k0009999, got %+v", err)
+		}
+	})
+	if allocs > 1000 {
+		t.Errorf("refusing 70,000 keys took %.0f allocations, want at most 1000", allocs)
+	}
+}
