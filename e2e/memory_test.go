@@ -9,12 +9,17 @@ package e2e
 // still decides a normal call during and after the attack.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -366,5 +371,199 @@ func TestGRPCMemoryUnderStalledStreams(t *testing.T) {
 	}
 	if total.exhausted == 0 || total.refused == 0 {
 		t.Errorf("want streams refused both by grpc.max_concurrent_streams and by grpc.max_bytes_in_flight: %+v", total)
+	}
+}
+
+// httpMemoryConfig shortens http.read_timeout, which bounds how long an
+// admitted body that never ends is held, so the attack ends within the
+// test; every other key keeps its default.
+const httpMemoryConfig = `contract_refine:
+  mode: enforce
+http:
+  read_timeout: 5s
+`
+
+// httpBound is the bound on resident memory under the HTTP attacks, from
+// the default keys: the bodies held at once (http.max_bytes_in_flight, 64
+// MiB), as much again of the buffers io.ReadAll outgrew while reading
+// them, and 32 MiB for the connections' buffers and goroutines.
+func httpBound(base int64) int64 { return base + 2*64*mib + 32*mib }
+
+// TestHTTPMemoryUnderHugeArgs runs the issue's first HTTP attack: 20
+// concurrent 1 MB dry-run preflights whose args hold 70,000 keys, three
+// times over. Before the args bound they peaked at 717 MB (34 MB each to
+// decode); now each is a 400 naming the first value past the bound, and
+// refusing it decodes nothing, so the peak stays within httpBound.
+func TestHTTPMemoryUnderHugeArgs(t *testing.T) {
+	const (
+		concurrent = 20
+		rounds     = 3
+		keys       = 70000
+	)
+	var b bytes.Buffer
+	b.WriteString(`{"intent":{"summary":"s","plan_hash":"p"},"plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"default","args":{`)
+	for i := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"k%08d":%d`, i, i%10)
+	}
+	b.WriteString(`}}]},"context":{"actor":{"id":"user:example","session_id":"s"}}}`)
+	body := b.Bytes()
+
+	s := StartServer(t, ServeOptions{Config: writeFile(t, "autonomy.yaml", httpMemoryConfig)})
+	s.WaitVerified()
+	passPreflight(t, s, "warm")
+	base := s.memory(t)
+	statuses := map[string]int{}
+	var mu sync.Mutex
+	for range rounds {
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				how := postRaw(s.URL("/v1/preflight?dry_run=true"), body)
+				mu.Lock()
+				statuses[how]++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	passPreflight(t, s, "after")
+	m := s.memory(t)
+	t.Logf("%d × %d preflights of %d KB: %v; RSS baseline %d MB, peak %d MB (VmHWM), bound %d MB",
+		rounds, concurrent, len(body)>>10, statuses, base.RSS/mib, m.Peak/mib, httpBound(base.RSS)/mib)
+	if want := "400 malformed-request /plan/steps/0/args/k00009999"; statuses[want] != rounds*concurrent {
+		t.Errorf("want every preflight refused as %q: %v", want, statuses)
+	}
+	if m.Peak > httpBound(base.RSS) {
+		t.Errorf("peak RSS %d MB is past the bound %d MB", m.Peak/mib, httpBound(base.RSS)/mib)
+	}
+}
+
+// postRaw posts body as JSON and tells how it was answered: the status,
+// the first error's code and path, or the transport error.
+func postRaw(url string, body []byte) string {
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return "error " + err.Error()
+	}
+	defer resp.Body.Close()
+	var e struct {
+		Errors []struct{ Code, Path string } `json:"errors"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if json.Unmarshal(raw, &e) != nil || len(e.Errors) == 0 {
+		return strconv.Itoa(resp.StatusCode)
+	}
+	return fmt.Sprintf("%d %s %s", resp.StatusCode, e.Errors[0].Code, e.Errors[0].Path)
+}
+
+// endlessBody is one connection of the second HTTP attack: it declares a
+// 1,000,000-byte preflight body, sends send bytes of it and never the
+// rest, holding the connection until ctx is done. It returns how the
+// server answered: the status with its error code and whether Retry-After
+// came, or "none" when nothing came before ctx was done.
+func endlessBody(ctx context.Context, addr string, chunk []byte, send int) string {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return "dial " + err.Error()
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	head := "POST /v1/preflight HTTP/1.1\r\nHost: autonomy\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+	if _, err := io.WriteString(conn, head); err != nil {
+		return "write " + err.Error()
+	}
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			answered <- "none"
+			return
+		}
+		var e struct {
+			Errors []struct{ Code string } `json:"errors"`
+		}
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		how := strconv.Itoa(resp.StatusCode)
+		if json.Unmarshal(raw, &e) == nil && len(e.Errors) > 0 {
+			how += " " + e.Errors[0].Code
+		}
+		if resp.Header.Get("Retry-After") != "" {
+			how += " Retry-After"
+		}
+		answered <- how
+	}()
+	for sent := 0; sent < send; sent += len(chunk) {
+		if _, err := conn.Write(chunk[:min(len(chunk), send-sent)]); err != nil {
+			break // refused and closed by the server
+		}
+	}
+	select {
+	case how := <-answered:
+		return how
+	case <-ctx.Done():
+		conn.Close()
+		return <-answered
+	}
+}
+
+// TestHTTPMemoryUnderEndlessBodies runs the issue's second HTTP attack:
+// 500 connections each sending 900 KB of a 1 MB preflight body that never
+// ends. Before http.max_body_requests and http.max_bytes_in_flight they
+// held 1.07 GB; now at most 64 bodies are read at once and the rest are
+// refused with 503 overloaded and Retry-After before their bodies are
+// read, so the peak stays within httpBound. A gRPC Check and /healthz are
+// answered during the attack, a preflight after it.
+func TestHTTPMemoryUnderEndlessBodies(t *testing.T) {
+	const (
+		conns = 500
+		send  = 900_000
+	)
+	s := StartServer(t, ServeOptions{Config: writeFile(t, "autonomy.yaml", httpMemoryConfig)})
+	s.WaitVerified()
+	d := passPreflight(t, s, "during")
+	base := s.memory(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // past http.read_timeout
+	defer cancel()
+	chunk := bytes.Repeat([]byte(" "), 64<<10) // white space before a document that never comes
+	statuses := map[string]int{}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			how := endlessBody(ctx, s.HTTPAddr, chunk, send)
+			mu.Lock()
+			statuses[how]++
+			mu.Unlock()
+		}()
+	}
+	time.Sleep(time.Second) // the connections are sending
+	during := s.memory(t)
+	wantAllow(t, checkEcho(t, s.Authz(t), d.PreflightID, "req-during"), d.AuditID)
+	if resp, err := http.Get(s.URL("/healthz")); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz during the attack: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	wg.Wait()
+	passPreflight(t, s, "after")
+	m := s.memory(t)
+	t.Logf("%d connections sending %d KB of a body that never ends: %v; RSS baseline %d MB, during %d MB, peak %d MB (VmHWM), bound %d MB",
+		conns, send>>10, statuses, base.RSS/mib, during.RSS/mib, m.Peak/mib, httpBound(base.RSS)/mib)
+	if statuses["503 overloaded Retry-After"] < conns-64 {
+		t.Errorf("want at least %d connections refused with 503 overloaded and Retry-After: %v", conns-64, statuses)
+	}
+	if m.Peak > httpBound(base.RSS) {
+		t.Errorf("peak RSS %d MB is past the bound %d MB", m.Peak/mib, httpBound(base.RSS)/mib)
 	}
 }
