@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -152,4 +153,18 @@ func (s *Store) ListApprovals(ctx context.Context, q wal.ApprovalQuery) ([]wal.A
 		}
 		end = string(resp.Kvs[len(resp.Kvs)-1].Key)
 	}
+}
+
+// PendingApprovals counts the approvals of every replica that wait for a
+// decision and have not expired at now (autonomy_approvals_pending): one
+// read of the approvals per page of approvalPage.
+func (s *Store) PendingApprovals(ctx context.Context, now time.Time) (int, error) {
+	n := 0
+	_, _, err := s.ListApprovals(ctx, wal.ApprovalQuery{Match: func(a *wal.Approval) bool {
+		if a.StateAt(now) == wal.ApprovalPending {
+			n++
+		}
+		return false
+	}})
+	return n, err
 }

@@ -8,9 +8,14 @@ import (
 	"github.com/contractrefine/autonomy/preflight"
 )
 
-// pendingApprovals counts what autonomy_approvals_pending reports; 0 until
-// the WAL is open.
+// pendingApprovals counts what autonomy_approvals_pending reports: on etcd,
+// the approvals every replica recorded, read from the store; on bbolt, the
+// WAL's. 0 until the store is open.
 func (s *Server) pendingApprovals() (float64, error) {
+	if s.etcd != nil {
+		n, err := s.etcd.PendingApprovals(context.Background(), s.now())
+		return float64(n), err
+	}
 	if s.db == nil {
 		return 0, nil
 	}
