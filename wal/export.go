@@ -29,15 +29,54 @@ const exportChunk = 1024
 // returns), and reports how many it wrote. Frames are read in bounded read
 // transactions and written outside them.
 func (db *DB) Export(ctx context.Context, w io.Writer, filter ExportFilter) (int, error) {
-	next := filter.AfterSeq + 1
 	written := 0
 	var buf bytes.Buffer
+	err := db.frames(ctx, filter, func(chunk []Frame) error {
+		buf.Reset()
+		for i := range chunk {
+			b, err := encodeFrame(&chunk[i])
+			if err != nil {
+				return err
+			}
+			buf.Write(b)
+			buf.WriteByte('\n')
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		written += len(chunk)
+		return nil
+	})
+	if err != nil {
+		return written, fmt.Errorf("wal export: %w", err)
+	}
+	return written, nil
+}
+
+// Frames calls fn with each frame filter selects, in seq order; the frames
+// are read in bounded read transactions and fn runs outside them.
+func (db *DB) Frames(ctx context.Context, filter ExportFilter, fn func(*Frame) error) error {
+	return db.frames(ctx, filter, func(chunk []Frame) error {
+		for i := range chunk {
+			if err := fn(&chunk[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// frames calls fn with the selected frames of each read transaction of up
+// to exportChunk frames.
+func (db *DB) frames(ctx context.Context, filter ExportFilter, fn func([]Frame) error) error {
+	next := filter.AfterSeq + 1
+	var chunk []Frame
 	for {
 		if err := ctx.Err(); err != nil {
-			return written, err
+			return err
 		}
-		buf.Reset()
-		n, done := 0, false
+		chunk = chunk[:0]
+		done := false
 		err := db.View(func(tx *Tx) error {
 			c := tx.btx.Bucket(bucketFrames).Cursor()
 			start := seqKey(next)
@@ -53,27 +92,22 @@ func (db *DB) Export(ctx context.Context, w io.Writer, filter ExportFilter) (int
 				}
 				next = f.Seq + 1
 				if filter.keeps(&f) {
-					b, err := encodeFrame(&f)
-					if err != nil {
-						return err
-					}
-					buf.Write(b)
-					buf.WriteByte('\n')
-					n++
+					chunk = append(chunk, f)
 				}
 				k, v = c.Next()
 			}
 			return nil
 		})
 		if err != nil {
-			return written, fmt.Errorf("wal export: %w", err)
+			return err
 		}
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return written, fmt.Errorf("wal export: %w", err)
+		if len(chunk) > 0 {
+			if err := fn(chunk); err != nil {
+				return err
+			}
 		}
-		written += n
 		if done {
-			return written, nil
+			return nil
 		}
 	}
 }

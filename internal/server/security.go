@@ -46,7 +46,7 @@ func CheckSecurity(cfg *config.Config) error {
 	if _, err := loadSecurity(cfg, nil, nil); err != nil {
 		return err
 	}
-	_, err := etcdTLS(cfg)
+	_, err := cfg.Store.Etcd.TLS.ClientConfig()
 	return err
 }
 

@@ -2,10 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
-	"os"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
@@ -43,7 +39,7 @@ func walReplica(cfg *config.Config) string {
 // until etcd answers, the replica is unready and denies (503).
 func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, error) {
 	e := &s.cfg.Store.Etcd
-	tc, err := etcdTLS(&s.cfg)
+	tc, err := s.cfg.Store.Etcd.TLS.ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -57,33 +53,4 @@ func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, 
 		s.log.Error("etcd does not answer yet; unready until it does", "endpoints", e.Endpoints, "err", err)
 	}
 	return es, nil
-}
-
-// etcdTLS is the etcd client's TLS configuration from store.etcd.tls; nil
-// when none is set (check-config loads it too).
-func etcdTLS(cfg *config.Config) (*tls.Config, error) {
-	t := cfg.Store.Etcd.TLS
-	if !t.Enabled() {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("store.etcd.tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("store.etcd.tls.ca_file %s: no PEM certificate in it", t.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("store.etcd.tls.cert_file %s and key_file %s: %w", t.CertFile, t.KeyFile, err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }

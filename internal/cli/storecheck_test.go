@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/internal/etcdstore"
+	"github.com/contractrefine/autonomy/internal/etcdtest"
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// TestWALCheckStore runs wal check-store against a real etcd: clean after a
+// preflight and its consume; a deleted etcd key is a frame without its
+// state; a WAL that lacks frames (a second data directory holding the log
+// as it was before the consume) leaves records naming frames it does not
+// have. A mismatch exits 1.
+func TestWALCheckStore(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	db, err := wal.Open(dirA, &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdstore.Open(etcdstore.Options{Endpoints: c.Endpoints(), Replica: "replica-a", Log: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := preflight.Binding{PreflightID: "pf_checkstore_000001", AuditID: "au_checkstore_000001", Outcome: preflight.OutcomePass,
+		ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour),
+		Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:x"}}}
+	if _, err := st.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: []byte(`{}`), Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// dirB: the log as it was before the consume.
+	copyFile(t, filepath.Join(dirA, wal.FileName), filepath.Join(dirB, wal.FileName))
+	res, err := st.Consume(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", RequestID: "r1", Time: time.Now(),
+		Decision: func(wal.ConsumeResult) wal.FrameInput {
+			return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: time.Now(), Attrs: map[string]any{"outcome": "allow"}}
+		}})
+	if err != nil || res.Status != wal.Consumed {
+		t.Fatalf("consume: %+v, %v", res, err)
+	}
+	st.Close()
+	db.Close()
+
+	check := func(dir string, wantCode int) etcdstore.CheckReport {
+		t.Helper()
+		code, out, errs := runCLI(t, "wal", "check-store", "--data-dir", dir, "--etcd-endpoints", strings.Join(c.Endpoints(), ","),
+			"--replica-id", "replica-a", "--json")
+		if code != wantCode {
+			t.Fatalf("check-store %s: exit %d, want %d\n%s%s", dir, code, wantCode, out, errs)
+		}
+		var rep etcdstore.CheckReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("check-store output %q: %v", out, err)
+		}
+		return rep
+	}
+	problems := func(rep etcdstore.CheckReport) []string {
+		var ps []string
+		for _, p := range rep.Problems {
+			ps = append(ps, p.Problem)
+		}
+		return ps
+	}
+	rep := check(dirA, 0)
+	if rep.Frames != 3 || rep.Copies != 3 || rep.Bindings != 1 || rep.Markers != 1 {
+		t.Fatalf("clean report %+v: want 3 frames, 3 copies, 1 binding, 1 marker", rep)
+	}
+	if code, out, _ := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--replica-id", "replica-a"); code != 0 || !strings.Contains(out, "ok: etcd and the WAL agree") {
+		t.Fatalf("table output: exit %d\n%s", code, out)
+	}
+
+	// The WAL without the consume's two frames.
+	rep = check(dirB, 1)
+	if got := strings.Join(problems(rep), ","); got != "copy_without_frame,copy_without_frame,marker_without_frame" {
+		t.Fatalf("WAL lacking frames: problems %s, want two copies and the marker without frames (%+v)", got, rep.Problems)
+	}
+
+	// A deleted binding.
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Delete(ctx, etcdstore.DefaultPrefix+"b/"+b.PreflightID); err != nil {
+		t.Fatal(err)
+	}
+	rep = check(dirA, 1)
+	if len(rep.Problems) != 1 || rep.Problems[0].Problem != etcdstore.ProblemFrameWithoutBinding || rep.Problems[0].PreflightID != b.PreflightID {
+		t.Fatalf("deleted binding: problems %+v, want the preflight frame without its binding", rep.Problems)
+	}
+	if code, out, _ := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--replica-id", "replica-a"); code != 1 || !strings.Contains(out, "MISMATCH: 1 problems") || !strings.Contains(out, "frame_without_binding") {
+		t.Fatalf("table output of a mismatch: exit %d\n%s", code, out)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
