@@ -28,6 +28,14 @@ var dpDemoTitles = []string{
 	"Read the audit join for",
 }
 
+// dpOutcomeTitles are the steps the in-process demo adds: the gateway
+// judges the runtime's result, and the buggy tool's wrong one is replaced
+// by the 502 of SPEC §12.
+var dpOutcomeTitles = []string{
+	"Debit 25 USD with ledger.debit.v1",
+	"Debit it with ledger.debit.buggy.v1",
+}
+
 // dpApprovalTitles are the steps the demo adds when it holds an approver
 // token (always in-process): a payment that waits, is approved, runs once.
 var dpApprovalTitles = []string{
@@ -101,7 +109,10 @@ func dpCheckDemo(t *testing.T, res Result, misbehaved []int, titles []string) {
 func TestDemoInProcess(t *testing.T) {
 	t.Parallel()
 	res := RunAutonomy(t, "demo", "contract-refine")
-	dpCheckDemo(t, res, nil, append(slices.Clone(dpDemoTitles), dpApprovalTitles...))
+	dpCheckDemo(t, res, nil, slices.Concat(dpDemoTitles, dpOutcomeTitles, dpApprovalTitles))
+	if !strings.Contains(res.Stdout, `502 postcondition_violated, clause "result.balanceUsd == old(args.balanceUsd) - args.amountUsd"`) {
+		t.Errorf("the demo does not show the buggy tool's violation:\n%s", res.Stdout)
+	}
 	if !strings.Contains(res.Stdout, "in-process (enforce mode") || !strings.Contains(res.Stdout, "autonomy serve starts in advisory mode") {
 		t.Errorf("the in-process demo does not say what it started:\n%s", res.Stdout)
 	}

@@ -1,7 +1,9 @@
 // Package demo walks the ContractRefine story end to end — a preflight that
 // needs repair, the corrected one passing, the tool call allowed, its replay
-// denied, a call without a preflight denied, and the audit join — either
-// in-process on loopback or against an existing deployment.
+// denied, a call without a preflight denied, and the audit join; in-process,
+// a tool's wrong result replaced by the 502 of its violated postcondition
+// and a payment that waits for a person's approval — either in-process on
+// loopback or against an existing deployment.
 package demo
 
 import (
@@ -67,6 +69,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer stop()
+		w.inProcess = true
 	} else {
 		fmt.Fprintf(w.out, "ContractRefine demo against %s (the replay and header-less calls are denied only if it runs in enforce mode)\n\n", o.Target)
 	}
@@ -91,6 +94,8 @@ type walk struct {
 	failed    int
 	// token is the approver's bearer token, sent on every API request.
 	token string
+	// inProcess is true when the walk started the service itself.
+	inProcess bool
 }
 
 // startInProcess starts the example tool runtime (or, with mcp, the example
@@ -288,7 +293,51 @@ func (w *walk) story(ctx context.Context) {
 		}
 	}
 	w.step("Read the audit join for "+second.AuditID, err, "intent, verdict and both tool decisions under one audit id:\n"+strings.Join(lines, "\n"))
+	w.outcomeStory(ctx)
 	w.approvalStory(ctx, session)
+}
+
+// outcomeStory: the gateway judges the runtime's result against the
+// capability's postcondition (SPEC §12): a right balance passes, the buggy
+// tool's wrong one is replaced by the 502 naming the clause. In-process
+// only: a target's front may not judge responses (nginx, Caddy), and in
+// advisory mode it records the violation and lets it through.
+func (w *walk) outcomeStory(ctx context.Context) {
+	if !w.inProcess {
+		fmt.Fprintf(w.out, "\n(tool-outcome steps skipped against a target: they run in-process, where the gateway judges responses)\n")
+		return
+	}
+	args := map[string]any{"accountRef": "acct:1", "balanceUsd": 100, "amountUsd": 25}
+	status, _, body, err := w.tool1(ctx, map[string]any{"kind": "ledger.debit.v1", "args": args}, "", "demo-debit-1")
+	var result struct {
+		BalanceUsd float64 `json:"balanceUsd"`
+	}
+	if err == nil && (status != http.StatusOK || json.Unmarshal(body, &result) != nil || result.BalanceUsd != 75) {
+		err = fmt.Errorf("want 200 with balanceUsd 75, got %d: %s", status, body)
+	}
+	w.step("Debit 25 USD with ledger.debit.v1 (its postcondition checks the new balance)", err,
+		fmt.Sprintf("the result passed the postcondition; the runtime answered %d %s", status, strings.TrimSpace(string(body))))
+
+	status, _, body, err = w.tool1(ctx, map[string]any{"kind": "ledger.debit.buggy.v1", "args": args}, "", "demo-debit-2")
+	var v struct {
+		Error struct {
+			Code   string `json:"code"`
+			Reason string `json:"reason"`
+			Clause struct {
+				Kind       string         `json:"kind"`
+				Expression string         `json:"expression"`
+				Bindings   map[string]any `json:"bindings"`
+			} `json:"clause"`
+		} `json:"error"`
+	}
+	if err == nil && (status != http.StatusBadGateway || json.Unmarshal(body, &v) != nil ||
+		v.Error.Reason != preflight.ReasonPostconditionViolated || v.Error.Clause.Kind != preflight.ClausePostcondition) {
+		err = fmt.Errorf("want 502 %s naming the postcondition, got %d: %s", preflight.ReasonPostconditionViolated, status, body)
+	}
+	bindings, _ := json.Marshal(v.Error.Clause.Bindings)
+	w.step("Debit it with ledger.debit.buggy.v1, whose runtime applies the debit twice", err,
+		fmt.Sprintf("the wrong result never reached the caller: 502 %s, clause %q with %s", v.Error.Code,
+			v.Error.Clause.Expression, bindings))
 }
 
 // payment is a one-step plan that sends a payment, which the default
