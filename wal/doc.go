@@ -129,6 +129,15 @@
 // for its two fdatasyncs, and a lone writer still pays exactly one commit,
 // with no timer (measured in docs/PERFORMANCE.md).
 //
+// The loop also keeps the 0.5 to 2 MiB past the file's high-water mark
+// written with zeros (ahead.go), so a commit's new pages overwrite blocks
+// that exist rather than fill a hole, whose fdatasync would also write the
+// file system's allocation metadata. The zeros lie in pages bbolt has not
+// allocated; the file is that much longer than bbolt alone would make it.
+// Because those blocks would let commits go on on a full disk, a commit
+// fails while the file system has less than MinFreeBytes free, and when a
+// refill of the zeros fails.
+//
 // # Retention
 //
 // Compact removes a prefix of the log: frames older than a cut-off, up to

@@ -133,6 +133,10 @@ type DB struct {
 	// claims holds the idempotency keys and repair sessions being decided
 	// (claims.go).
 	claims claims
+
+	// ahead writes zeros past the file's high-water mark for the commit
+	// loop (ahead.go); nil when not writing ahead.
+	ahead *ahead
 }
 
 type chainPoint struct {
@@ -202,6 +206,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db.ino, _ = statID(path)
+	if !o.NoSync {
+		db.ahead = openAhead(path)
+	}
 	go db.loop()
 	if o.VerifyOnOpen {
 		db.startVerify()
@@ -230,6 +237,7 @@ func (db *DB) Close() error {
 	}
 	close(db.stop)
 	<-db.done
+	db.ahead.close()
 	if db.poisoned.Load() {
 		return fmt.Errorf("%w: %s: closed without releasing the damaged file", ErrCorrupt, db.path)
 	}
@@ -322,6 +330,9 @@ func (db *DB) commit(batch []*write) {
 		err := db.checkFile()
 		if err == nil {
 			err = db.update(func(btx *bolt.Tx) error {
+				if err := db.ahead.before(btx.Size()); err != nil {
+					return err
+				}
 				// Frames are keyed by a growing seq, so pages are filled to the
 				// brim instead of being split in half (bbolt's default suits
 				// random inserts and would leave the log half empty).
