@@ -11,7 +11,9 @@ import (
 
 // TestCacheChangesNoAnswer runs one script of checks on gates whose binding
 // cache keeps, forgets (a 1 s TTL on the injected clock) and evicts (one
-// entry) bindings. The answers must be the same; only the lookups differ.
+// entry) bindings, and on one told of the binding when it was recorded
+// (Gate.Recorded, as the preflight API does). The answers must be the same;
+// only the lookups differ.
 func TestCacheChangesNoAnswer(t *testing.T) {
 	b := loadTestBundle(t)
 	type step struct {
@@ -34,17 +36,22 @@ func TestCacheChangesNoAnswer(t *testing.T) {
 	caches := map[string]struct {
 		opts      func(*binding.Options)
 		evictions bool // another preflight's lookups push this one out
+		recorded  bool // the gate is handed the binding at record time
 		minMisses int64
 	}{
 		"default":   {opts: func(*binding.Options) {}, minMisses: 1},
 		"ttl 1s":    {opts: func(o *binding.Options) { o.CacheTTL = time.Second }, minMisses: 3},
 		"one entry": {opts: func(o *binding.Options) { o.CacheSize = 1 }, evictions: true, minMisses: int64(len(script))},
+		"recorded":  {opts: func(*binding.Options) {}, recorded: true},
 	}
 	for name, c := range caches {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, b, binding.ModeEnforce, c.opts)
 			pf := e.record(preflight.OutcomePass, actorID, step1("s1"), step1("s2"))
 			other := e.record(preflight.OutcomePass, actorID, step1("o1"))
+			if c.recorded {
+				e.gate.Recorded(&pf)
+			}
 			for i, s := range script {
 				e.clock.Advance(s.advance)
 				if c.evictions {
@@ -69,6 +76,10 @@ func TestCacheChangesNoAnswer(t *testing.T) {
 				// The first lookup and the one after expires_at passed read
 				// the WAL; every lookup between them is a hit.
 				t.Fatalf("default cache: %d misses, %d hits, want 2 and %d", misses, e.obs.hits.Load(), len(script)-2)
+			}
+			if c.recorded && (misses != 1 || e.obs.hits.Load() != int64(len(script)-1)) {
+				// Only the lookup after expires_at passed reads the WAL.
+				t.Fatalf("recorded binding: %d misses, %d hits, want 1 and %d", misses, e.obs.hits.Load(), len(script)-1)
 			}
 			t.Logf("hits %d, misses %d, evictions %d", e.obs.hits.Load(), e.obs.misses.Load(), e.obs.evictions.Load())
 		})

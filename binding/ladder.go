@@ -211,15 +211,35 @@ func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, er
 	if err != nil {
 		return nil, err
 	}
+	return g.remember(b, now), nil
+}
+
+// remember caches binding b, read or recorded at now, until the TTL
+// ceiling or its expiry, whichever is first.
+func (g *Gate) remember(b preflight.Binding, now time.Time) *entry {
 	until := now.Add(g.o.CacheTTL)
 	if b.ExpiresAt.Before(until) {
 		until = b.ExpiresAt
 	}
 	e := &entry{b: b, until: until.UnixNano()}
 	if now.Before(until) {
-		g.cache.Add(id, e)
+		g.cache.Add(b.PreflightID, e)
 	}
-	return e, nil
+	return e
+}
+
+// Recorded caches binding b, which the caller has just recorded durably in
+// the gate's store, so the first Check of its id needs no read of the store
+// (on a WAL, the read of the preflight frame and its comparison with the
+// record: half of a consuming Check's CPU). The cache keeps the form a read
+// of the compact record returns (wal.CompactBinding); a binding that cannot
+// take that form is left to be read on the first Check.
+func (g *Gate) Recorded(b *preflight.Binding) {
+	c, err := wal.CompactBinding(b)
+	if err != nil {
+		return
+	}
+	g.remember(c, g.o.Now())
 }
 
 func (g *Gate) observeCache(hit bool) {

@@ -171,6 +171,11 @@ func TestReplayDeniedAcrossCacheExpiryStopAndKill(t *testing.T) {
 	first := time.Now()
 	wantAllow(t, checkEcho(t, authz, d.PreflightID, "req-1"), d.AuditID)
 	wantDeny(t, checkEcho(t, authz, d.PreflightID, "req-2"), codes.PermissionDenied, 403, "contract: preflight_replay")
+	// The preflight API hands the gate each binding it records, so the
+	// first checks of a fresh id read nothing from the WAL.
+	if m, ok := cacheMisses(t, s); ok && m != 0 {
+		t.Errorf("%v binding-cache misses for the checks of a binding just recorded, want 0", m)
+	}
 
 	// Keep asking under fresh request ids until the cached binding has
 	// lapsed and a check has read it from the WAL again (the cache-miss

@@ -159,6 +159,15 @@ func indexSeq(v []byte) (uint64, bool) {
 	return binary.BigEndian.Uint64(v), true
 }
 
+// CompactBinding returns b as a read of its compact record returns it: the
+// same values, its strings sharing one allocation. The gate caches a
+// binding it is handed at record time in this form, so a cache hit sees
+// what a miss would read and the entry holds no part of the request it
+// was derived from.
+func CompactBinding(b *preflight.Binding) (preflight.Binding, error) {
+	return decodeBindingRecord(b.PreflightID, encodeBindingRecord(0, b)[8:])
+}
+
 // decodeBindingRecord reads a compact record (v without its 8-byte seq).
 // The binding's strings are substrings of one string: a cached binding is
 // then one allocation for its text instead of one per field, and a cache

@@ -105,6 +105,10 @@ func TestBindingRecordMatchesFrame(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("record  %#v\nframe   %#v", got, want)
 			}
+			// What the gate caches at record time is what it would read.
+			if c, err := CompactBinding(&b); err != nil || !reflect.DeepEqual(c, got) {
+				t.Fatalf("compact %#v, %v\nread    %#v", c, err, got)
+			}
 		})
 	}
 }

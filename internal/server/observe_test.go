@@ -94,10 +94,12 @@ func TestMetricsMoveByExactlyTheSequence(t *testing.T) {
 			L{"outcome": "deny", "reason": "contract: preflight_replay", "mode": "enforce", "enforced": "true"}, 1},
 		"check no header": {"autonomy_check_decisions_total",
 			L{"outcome": "deny", "reason": "contract: preflight_required", "mode": "enforce", "enforced": "true"}, 1},
-		"check latency allow":   {"autonomy_check_duration_seconds", L{"outcome": "allow", "status": "200"}, 2},
-		"check latency deny":    {"autonomy_check_duration_seconds", L{"outcome": "deny", "status": "403"}, 2},
-		"cache misses":          {"autonomy_binding_cache_lookups_total", L{"result": "miss"}, 2},
-		"cache hits":            {"autonomy_binding_cache_lookups_total", L{"result": "hit"}, 1},
+		"check latency allow": {"autonomy_check_duration_seconds", L{"outcome": "allow", "status": "200"}, 2},
+		"check latency deny":  {"autonomy_check_duration_seconds", L{"outcome": "deny", "status": "403"}, 2},
+		// The preflight API hands the gate each binding it records: the
+		// three lookups (two allows, the replay) are hits.
+		"cache misses":          {"autonomy_binding_cache_lookups_total", L{"result": "miss"}, 0},
+		"cache hits":            {"autonomy_binding_cache_lookups_total", L{"result": "hit"}, 3},
 		"wal commits":           {"autonomy_wal_commit_duration_seconds", nil, 7},
 		"wal batches":           {"autonomy_wal_commit_batch_size", nil, 7},
 		"wal commit errors":     {"autonomy_wal_commit_errors_total", nil, 0},

@@ -216,6 +216,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 			NoDecisionLog:      !cfg.Log.Decisions,
 			Observer:           preflightObservers{s.obs.metrics, s.obs.tracing},
 			ApprovalsRequested: s.startNotifier(),
+			Recorded:           s.gate.Recorded,
 		}),
 		Store:        store,
 		Log:          store,

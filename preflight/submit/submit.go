@@ -69,6 +69,9 @@ type Options struct {
 	// ApprovalsRequested, when set, is called once a recorded preflight's
 	// approvals are pending (the approvals.webhook_url notification).
 	ApprovalsRequested func(ctx context.Context, b *preflight.Binding)
+	// Recorded, when set, is called with each binding once it is durable
+	// in Store, before the submission is answered (the gate caches it).
+	Recorded func(b *preflight.Binding)
 }
 
 // Service decides submissions. It is safe for concurrent use.
@@ -315,6 +318,9 @@ func (s *Service) decide(ctx context.Context, in *submission, now time.Time, dry
 	}
 	if _, err := s.o.Store.RecordPreflight(ctx, rec); err != nil {
 		return nil, s.unavailable(ctx, "record preflight", err)
+	}
+	if s.o.Recorded != nil {
+		s.o.Recorded(&rec.Binding)
 	}
 	if s.o.ApprovalsRequested != nil && rec.Binding.NeedsApproval() {
 		s.o.ApprovalsRequested(ctx, &rec.Binding)
