@@ -1,6 +1,10 @@
 package binding
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/contractrefine/autonomy/internal/strictjson"
+)
 
 // ErrPartialBody is the Request.BodyErr of a call whose body arrived cut
 // short: Envoy marked it (x-envoy-auth-partial-body: true) or its
@@ -24,7 +28,7 @@ var (
 	errNoKind = errors.New("binding: no tool kind in the request")
 	// errDuplicateKey: one object in the body names a member twice, or two
 	// members that differ only in case.
-	errDuplicateKey = errors.New("binding: duplicate member name")
+	errDuplicateKey = strictjson.ErrDuplicateName
 	// errMisspelt: a member stands where the kind or args pointer names
 	// another spelling of it.
 	errMisspelt = errors.New("binding: member name spelt otherwise than the gate's pointer")

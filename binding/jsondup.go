@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,78 +12,13 @@ import (
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
+	"github.com/contractrefine/autonomy/internal/strictjson"
 )
-
-// checkUniqueKeys returns an error when some object in the JSON text b
-// names a member twice. Parsers disagree on which copy wins: encoding/json
-// and most others keep the last, some keep the first. The gate must judge
-// exactly the call the runtime will run, so a body that two parsers can
-// read as two different calls (another tool kind, another amount) is
-// refused instead of checked in one reading and executed in the other.
-// RFC 8785 canonical JSON, which argument binding digests, is defined only
-// for such I-JSON text (RFC 7493 §2.3) anyway.
-func checkUniqueKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	// One level per open object or array; arrays have a nil keys set.
-	type level struct {
-		keys      map[string]struct{}
-		expectKey bool
-	}
-	var stack []*level
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			if len(stack) > 0 {
-				return io.ErrUnexpectedEOF
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var top *level
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if top != nil && top.keys != nil {
-					top.expectKey = true // this value done, a key comes next
-				}
-				l := &level{}
-				if t == '{' {
-					l.keys, l.expectKey = map[string]struct{}{}, true
-				}
-				stack = append(stack, l)
-			default:
-				stack = stack[:len(stack)-1]
-			}
-		default:
-			if top == nil || top.keys == nil {
-				continue
-			}
-			if !top.expectKey {
-				top.expectKey = true
-				continue
-			}
-			key, _ := t.(string) // the decoder only yields strings as keys
-			if _, seen := top.keys[key]; seen {
-				return fmt.Errorf("%w %q", errDuplicateKey, key)
-			}
-			top.keys[key] = struct{}{}
-			top.expectKey = false
-		}
-	}
-}
 
 // parseBody decodes a gated body into the generic values canon.Parse
 // returns (numbers keep their text as json.Number) and refuses a body that
-// names a member twice, as canon.Parse followed by checkUniqueKeys does,
-// with the same errors, but without checkUniqueKeys' token-by-token pass on
-// the common body. Decoding into maps merges repeated names, so a body
+// names a member twice, as strictjson.Decode does, with the same errors,
+// but without its token-by-token pass on the common body. Decoding into maps merges repeated names, so a body
 // whose text has as many members (name separators outside strings) as its
 // decoded objects hold has none; a body of exactly one value followed by
 // nothing but whitespace has nothing left for the two-pass reading to
@@ -97,12 +31,12 @@ func parseBody(b []byte) (any, error) {
 	if err := dec.Decode(&doc); err == nil && onlySpace(b[dec.InputOffset():]) && membersWritten(b) == membersHeld(doc) {
 		return doc, nil
 	}
-	doc, err := canon.Parse(b)
+	doc, err := strictjson.Decode(b)
+	if errors.Is(err, strictjson.ErrDuplicateName) {
+		return nil, fmt.Errorf("body is ambiguous: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("body is not JSON: %w", err)
-	}
-	if err := checkUniqueKeys(b); err != nil {
-		return nil, fmt.Errorf("body is ambiguous: %w", err)
 	}
 	return doc, nil
 }
@@ -207,35 +141,15 @@ func resolveExact(doc any, ptr string) (any, bool, error) {
 	return v, ok, nil
 }
 
-// uniqueFolded checks one object's names; a small object, the usual case,
-// is checked without a map.
+// uniqueFolded applies strictjson's name rule to one decoded object, whose
+// exact repeats the decoding already merged.
 func uniqueFolded(m map[string]any) error {
-	dup := func(a, b string) error {
-		a, b = min(a, b), max(a, b) // the same error whatever the map's order
-		return fmt.Errorf("%w: %q and %q differ only in case", errDuplicateKey, a, b)
-	}
-	if len(m) <= 8 {
-		var names, folded [8]string
-		n := 0
-		for name := range m {
-			f := canon.FoldKey(name)
-			for i := range n {
-				if folded[i] == f {
-					return dup(names[i], name)
-				}
-			}
-			names[n], folded[n] = name, f
-			n++
-		}
-		return nil
-	}
-	seen := make(map[string]string, len(m)) // FoldKey(name) → name
+	var names strictjson.Names
 	for name := range m {
-		f := canon.FoldKey(name)
-		if prev, ok := seen[f]; ok {
-			return dup(prev, name)
+		if prev, dup := names.Add(name); dup {
+			a, b := min(prev, name), max(prev, name) // the same error whatever the map's order
+			return fmt.Errorf("%w: %q and %q differ only in case", errDuplicateKey, a, b)
 		}
-		seen[f] = name
 	}
 	return nil
 }

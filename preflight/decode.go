@@ -11,6 +11,7 @@ import (
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
+	"github.com/contractrefine/autonomy/internal/strictjson"
 )
 
 // MaxNesting is the deepest nesting of objects and arrays a PreflightRequest
@@ -141,10 +142,10 @@ func (d *requestDecoder) token(path string) (json.Token, *RequestError) {
 }
 
 // object reads an object at path and calls field for each member, with the
-// member's pointer. A null is accepted as an absent object. Duplicate names,
-// and names that differ only in case (canon.FoldKey: a Go runtime reads
-// them as one field), are rejected: a body that means two things to two
-// parsers is refused.
+// member's pointer. A null is accepted as an absent object. Names repeated
+// under strictjson's rule (exactly, or differing only in case: a Go
+// runtime reads them as one field) are rejected: a body that means two
+// things to two parsers is refused.
 func (d *requestDecoder) object(path string, field func(name, path string) *RequestError) *RequestError {
 	tok, err := d.token(path)
 	if err != nil {
@@ -161,7 +162,7 @@ func (d *requestDecoder) object(path string, field func(name, path string) *Requ
 
 // members reads the members of an object whose '{' was consumed, and its '}'.
 func (d *requestDecoder) members(path string, field func(name, path string) *RequestError) *RequestError {
-	var seen map[string]string // FoldKey(name) → name
+	var seen strictjson.Names
 	for d.dec.More() {
 		tok, err := d.token(path)
 		if err != nil {
@@ -172,17 +173,12 @@ func (d *requestDecoder) members(path string, field func(name, path string) *Req
 			return malformed(path, "invalid object member name")
 		}
 		member := path + "/" + jsonptr.Escape(name)
-		folded := canon.FoldKey(name)
-		switch prev, dup := seen[folded]; {
+		switch prev, dup := seen.Add(name); {
 		case dup && prev == name:
 			return malformed(member, fmt.Sprintf("duplicate field %q", name))
 		case dup:
 			return malformed(member, fmt.Sprintf("field %q differs from field %q only in case", name, prev))
 		}
-		if seen == nil {
-			seen = map[string]string{}
-		}
-		seen[folded] = name
 		if err := field(name, member); err != nil {
 			return err
 		}

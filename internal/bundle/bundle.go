@@ -26,6 +26,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"gopkg.in/yaml.v3"
 
+	"github.com/contractrefine/autonomy/internal/strictjson"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/clause"
 )
@@ -412,9 +413,15 @@ func governanceOf(docs map[string]any) (*preflight.Governance, error) {
 	return gov, nil
 }
 
+// strictDecode decodes one governance object into its struct: an unknown
+// field is an error, and so are two names strictjson's rule holds for one
+// (encoding/json would fill the field from whichever came last).
 func strictDecode(v any, into any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
+		return err
+	}
+	if err := strictjson.CheckNames(b); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -179,6 +179,10 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 			data: "autonomy:\n  capabilities:\n    account.withdraw:\n      contract:\n        precondition: [\"args.amount > 0\"]\n",
 			want: `data: autonomy.capabilities["account.withdraw"]: json: unknown field "precondition"`,
 		},
+		"a key in two cases": {
+			data: "autonomy:\n  capabilities:\n    refund.create.v2:\n      zones: [\"payments\"]\n      Zones: [\"*\"]\n",
+			want: `data: autonomy.capabilities["refund.create.v2"]: strictjson: /zones: member "zones" differs from "Zones" only in case`,
+		},
 		"unknown governance key": {
 			data: "autonomy:\n  capability: {}\n",
 			want: "data: autonomy.capability: unknown key (want capabilities, attestation)",

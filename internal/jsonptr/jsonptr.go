@@ -15,6 +15,15 @@ func Escape(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
+// Join makes a JSON Pointer of reference tokens already escaped: "" for
+// none (the whole document), else "/" before each.
+func Join(tokens []string) string {
+	if len(tokens) == 0 {
+		return ""
+	}
+	return "/" + strings.Join(tokens, "/")
+}
+
 // Resolve returns the value ptr names inside doc, a tree of the
 // generic values encoding/json produces, and whether it exists.
 func Resolve(doc any, ptr string) (any, bool) {

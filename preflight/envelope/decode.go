@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/contractrefine/autonomy/internal/jsonptr"
+	"github.com/contractrefine/autonomy/internal/strictjson"
 )
 
 const (
@@ -124,7 +125,7 @@ func (r *reader) value() (any, error) {
 	}
 	end := r.dec.InputOffset()
 	if r.spans != nil && len(r.path) <= maxSpanDepth {
-		r.spans[pointer(r.path)] = span{start, end}
+		r.spans[jsonptr.Join(r.path)] = span{start, end}
 	}
 	if len(r.path) == 1 && r.path[0] == "input" {
 		r.input = span{start, end}
@@ -134,7 +135,7 @@ func (r *reader) value() (any, error) {
 
 func (r *reader) object() (map[string]any, error) {
 	obj := make(map[string]any)
-	var folded map[string]bool // canon.FoldKey of every name so far
+	var names strictjson.Names
 	for r.dec.More() {
 		tok, err := r.dec.Token()
 		if err != nil {
@@ -145,25 +146,20 @@ func (r *reader) object() (map[string]any, error) {
 			return nil, errMalformed
 		}
 		_, dup := obj[key]
-		f := canon.FoldKey(key)
-		r.path = append(r.path, escapeToken(key))
+		_, repeated := names.Add(key)
+		r.path = append(r.path, jsonptr.Escape(key))
 		switch {
 		case dup:
 			// Parsers disagree on which of two equal names wins, so an
 			// envelope that repeats one means different things to
 			// different readers; refuse it rather than pick.
 			r.fail(r.dec.InputOffset(), msgDuplicateMember)
-		case folded[f]:
-			// The same rule as the PreflightRequest's (preflight's
-			// decoder): a Go runtime matches names to fields without
-			// regard to case, so IdempotencyKey beside idempotencyKey is
-			// one field read twice.
+		case repeated:
+			// strictjson's rule, the PreflightRequest's too: a Go runtime
+			// matches names to fields without regard to case, so
+			// IdempotencyKey beside idempotencyKey is one field read twice.
 			r.fail(r.dec.InputOffset(), msgCaseOnlyMember)
 		}
-		if folded == nil {
-			folded = map[string]bool{}
-		}
-		folded[f] = true
 		v, err := r.value()
 		if err != nil {
 			return nil, err
@@ -197,7 +193,7 @@ func (r *reader) array() ([]any, error) {
 // fail records an error at the value being read.
 func (r *reader) fail(offset int64, msg string) {
 	r.errs = append(r.errs, located{
-		FieldError: FieldError{Code: CodeValidationFailed, Path: pointer(r.path), Message: msg},
+		FieldError: FieldError{Code: CodeValidationFailed, Path: jsonptr.Join(r.path), Message: msg},
 		offset:     offset,
 		depth:      len(r.path),
 		seq:        len(r.errs),
@@ -231,20 +227,4 @@ func numberInRange(lit string) bool {
 		}
 	}
 	return true
-}
-
-// pointer joins escaped reference tokens into a JSON Pointer (RFC 6901).
-func pointer(tokens []string) string {
-	if len(tokens) == 0 {
-		return ""
-	}
-	return "/" + strings.Join(tokens, "/")
-}
-
-// escapeToken escapes one reference token: "~" as "~0", "/" as "~1".
-func escapeToken(s string) string {
-	if !strings.ContainsAny(s, "~/") {
-		return s
-	}
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }

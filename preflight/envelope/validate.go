@@ -16,6 +16,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
 //go:embed schema/runtime-request.v1.schema.json
@@ -171,10 +173,10 @@ func appendApprovalErrors(errs []located, obj map[string]any) []located {
 func newLocated(tokens []string, msg string, rank int, missing bool, seq int) located {
 	escaped := make([]string, len(tokens))
 	for i, t := range tokens {
-		escaped[i] = escapeToken(t)
+		escaped[i] = jsonptr.Escape(t)
 	}
 	return located{
-		FieldError: FieldError{Code: CodeValidationFailed, Path: pointer(escaped), Message: msg},
+		FieldError: FieldError{Code: CodeValidationFailed, Path: jsonptr.Join(escaped), Message: msg},
 		rank:       rank,
 		offset:     -1,
 		depth:      len(tokens),
