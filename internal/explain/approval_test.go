@@ -2,6 +2,7 @@ package explain_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
 	"golang.org/x/net/html"
 
 	"github.com/contractrefine/autonomy/internal/config"
@@ -148,5 +151,86 @@ func TestExplainApprovalFormInChromium(t *testing.T) {
 	}
 	if !password || !decision {
 		t.Fatalf("the form lacks its token field (%v) or its decision (%v)", password, decision)
+	}
+}
+
+// TestExplainApprovalFormSubmittedInChromium: an approver opens the page
+// in headless Chromium (driven over the DevTools protocol by chromedp),
+// types their token into the form, approves, and the browser lands on the
+// recorded decision; reloaded, the page's timeline shows the approval, and
+// the WAL holds its autonomy.approval frame.
+func TestExplainApprovalFormSubmittedInChromium(t *testing.T) {
+	chromium := chromiumPath(t)
+	base, auditID, preflightID := startApprovalServer(t, true)
+	pageURL := base + "/ui/audit/" + auditID
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-quic", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	// The page is a read: the browser presents the approver's token as a
+	// reader would (a proxy in front could add it just so). The form's
+	// token field is what decides; the header alone decides nothing.
+	var heading, body, timeline string
+	err := chromedp.Run(ctx,
+		network.Enable(),
+		network.SetExtraHTTPHeaders(network.Headers{"Authorization": "Bearer " + approverToken}),
+		chromedp.Navigate(pageURL),
+		chromedp.WaitVisible(`form.approval-form`, chromedp.ByQuery),
+		chromedp.SendKeys(`form.approval-form input[name="token"]`, approverToken, chromedp.ByQuery),
+		chromedp.SetValue(`form.approval-form select[name="decision"]`, "approve", chromedp.ByQuery),
+		chromedp.SendKeys(`form.approval-form input[name="comment"]`, "invoice 77 checked in the browser", chromedp.ByQuery),
+		chromedp.Click(`form.approval-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`h1`, chromedp.ByQuery),
+		chromedp.Text(`h1`, &heading, chromedp.ByQuery),
+		chromedp.Text(`body`, &body, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	if heading != "Step s1 approved" || !strings.Contains(body, auditID) {
+		t.Fatalf("after submitting the form the browser shows %q: %s", heading, body)
+	}
+	var forms int
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(pageURL),
+		chromedp.WaitVisible(`#timeline`, chromedp.ByQuery),
+		chromedp.Text(`#timeline li.event.approval`, &timeline, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("form.approval-form").length`, &forms),
+	)
+	if err != nil {
+		t.Fatalf("chromium, reloading the page: %v", err)
+	}
+	if !strings.Contains(timeline, "approve") || !strings.Contains(timeline, "alice") ||
+		!strings.Contains(timeline, "invoice 77 checked in the browser") || forms != 0 {
+		t.Fatalf("timeline after the decision %q, %d forms left; want alice's approval and no form", timeline, forms)
+	}
+
+	// The WAL has the frame, under the preflight's audit id.
+	status, raw := getPage(t, base+"/v1/audit/"+auditID+"?include=approval")
+	var join struct {
+		Frames []struct {
+			Kind  string         `json:"kind"`
+			Attrs map[string]any `json:"attrs"`
+		} `json:"frames"`
+	}
+	if status != http.StatusOK || json.Unmarshal(raw, &join) != nil {
+		t.Fatalf("audit join: %d %s", status, raw)
+	}
+	var approvals []map[string]any
+	for _, f := range join.Frames {
+		if f.Kind == "autonomy.approval" {
+			approvals = append(approvals, f.Attrs)
+		}
+	}
+	if len(approvals) != 1 || approvals[0]["decision"] != "approve" || approvals[0]["approver"] != "alice" ||
+		approvals[0]["preflight_id"] != preflightID || approvals[0]["step_id"] != "s1" ||
+		approvals[0]["comment"] != "invoice 77 checked in the browser" {
+		t.Fatalf("approval frames %v, want alice's approval of s1", approvals)
 	}
 }

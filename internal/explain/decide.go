@@ -81,9 +81,16 @@ func (h *Handler) DecideHandler() http.Handler {
 }
 
 // crossSite reports whether a browser says r comes from another site.
+// Sec-Fetch-Site, which no page can set, decides when the browser sends
+// it: the page's own form is same-origin, although its Origin is "null"
+// (Chromium sends that for a form posted from a page with
+// Referrer-Policy: no-referrer, as the explain page is). Without it, an
+// Origin other than the page's host is cross-site.
 func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin":
+		return false
+	case "", "none":
 	default:
 		return true
 	}
