@@ -45,6 +45,9 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		}
 		audit := tx.btx.Bucket(bucketAudit)
 		indexed := 0 // frames with an audit id, each found in the index
+		// Binding records and consumed markers found to agree with their
+		// frames during the walk, each once (see matchedIndexes).
+		var bindingsOK, markersOK int
 		c := tx.btx.Bucket(bucketFrames).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
@@ -77,9 +80,18 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			case !f.hashMatches():
 				return bad("hash does not match the frame's contents")
 			}
-			if f.Kind == KindConsumed {
-				if problem := tx.checkConsumedFrame(f); problem != "" {
+			switch f.Kind {
+			case KindConsumed:
+				problem, matched := tx.checkConsumedFrame(f)
+				if problem != "" {
 					return bad(problem)
+				}
+				if matched {
+					markersOK++
+				}
+			case KindPreflight:
+				if tx.bindingAgrees(f) {
+					bindingsOK++
 				}
 			}
 			if f.AuditID != "" {
@@ -101,15 +113,83 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			rep.BadSeq, rep.Problem = prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, prev.Seq)
 			return nil
 		}
-		if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
+		if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), bindingsOK, compactRecord); err != nil {
 			return err
+		} else if !all {
+			if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
+				return err
+			}
 		}
 		if err := tx.verifyAuditIndex(ctx, indexed, &rep); err != nil || !rep.OK() {
+			return err
+		}
+		if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), markersOK, nil); err != nil || all {
 			return err
 		}
 		return tx.verifyMarkers(ctx, &rep)
 	})
 	return rep, err
+}
+
+// The binding records and consumed markers are checked against their
+// frames during the walk, each frame already decoded: a preflight frame
+// against the record its preflight id names (bindingAgrees), a consumed
+// frame against its marker (checkConsumedFrame). A record or marker agrees
+// with at most one frame, the one at the seq it names, so when as many
+// agreed as the index holds, every entry was checked, and the index is
+// only counted (allMatched). Otherwise the index is walked entry by entry
+// (verifyBindings, verifyMarkers), reading each one's frame again, which
+// names the first entry that is wrong in the index's own order.
+
+// compactRecord reports whether a preflights index value is a compact
+// binding record; verifyBindings checks only those (an older entry holds
+// the seq alone, and Binding reads the frame itself).
+func compactRecord(v []byte) bool { return len(v) > 8 }
+
+// allMatched reports whether bucket b holds exactly matched entries (of
+// those counted, when counted is not nil), and no malformed preflights
+// index entry.
+func allMatched(ctx context.Context, b *bolt.Bucket, matched int, counted func(v []byte) bool) (bool, error) {
+	n := 0
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if counted == nil {
+			n++
+			continue
+		}
+		if _, ok := indexSeq(v); !ok {
+			return false, nil
+		}
+		if counted(v) {
+			n++
+		}
+	}
+	return n == matched, nil
+}
+
+// bindingAgrees reports whether the preflight frame f has a compact
+// binding record that names it and says what it says (verifyBindings'
+// check of that record).
+func (tx *Tx) bindingAgrees(f Frame) bool {
+	var w struct {
+		preflightAttrs
+		// The decision, the bulk of the frame, is not in the record: it
+		// is skipped rather than copied.
+		Decision struct{} `json:"decision"`
+	}
+	a := &w.preflightAttrs
+	if json.Unmarshal(f.Attrs, &w) != nil || a.PreflightID == "" {
+		return false
+	}
+	v := tx.btx.Bucket(bucketPreflights).Get([]byte(a.PreflightID))
+	if seq, ok := indexSeq(v); !ok || seq != f.Seq || !compactRecord(v) {
+		return false
+	}
+	rec, err := decodeBindingRecord(a.PreflightID, v[8:])
+	return err == nil && !recordDiffers(&rec, *a, f)
 }
 
 // The audit index is what GET /v1/audit/{audit_id} reads, so it is
@@ -194,24 +274,25 @@ func (a *consumedAttrs) names(m *consumedRecord) bool {
 // forged does not pass for a log that verifies.
 
 // checkConsumedFrame returns what is wrong with the marker of the consumed
-// frame f, "" when nothing is or its preflight is no longer recorded.
-func (tx *Tx) checkConsumedFrame(f Frame) string {
+// frame f, "" when nothing is or its preflight is no longer recorded;
+// matched reports that the marker was found and names f.
+func (tx *Tx) checkConsumedFrame(f Frame) (problem string, matched bool) {
 	var a consumedAttrs
 	if err := json.Unmarshal(f.Attrs, &a); err != nil || a.PreflightID == "" {
-		return fmt.Sprintf("consumed frame attrs do not name a preflight: %s", f.Attrs)
+		return fmt.Sprintf("consumed frame attrs do not name a preflight: %s", f.Attrs), false
 	}
 	b, err := tx.binding(a.PreflightID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return "" // compacted together with its markers: nothing to check
+		return "", false // compacted together with its markers: nothing to check
 	case err != nil:
-		return fmt.Sprintf("the binding of %s cannot be read: %v", a.PreflightID, err)
+		return fmt.Sprintf("the binding of %s cannot be read: %v", a.PreflightID, err), false
 	}
 	steps := b.Steps
 	// Step ids are unique in any plan the service passes, but the wal API
 	// takes any binding: the frame names its step by id only, so any step
 	// with that id whose marker is this frame's will do.
-	problem := fmt.Sprintf("consumes step %q, which preflight %s does not have", a.StepID, a.PreflightID)
+	problem = fmt.Sprintf("consumes step %q, which preflight %s does not have", a.StepID, a.PreflightID)
 	for i := range steps {
 		if steps[i].ID != a.StepID {
 			continue
@@ -224,10 +305,10 @@ func (tx *Tx) checkConsumedFrame(f Frame) string {
 		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || !a.names(&m):
 			problem = fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
 		default:
-			return ""
+			return "", true
 		}
 	}
-	return problem
+	return problem, false
 }
 
 // verifyMarkers checks that each consumed marker names the consumed frame
