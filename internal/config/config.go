@@ -372,6 +372,22 @@ func (c *Config) Validate() error {
 		}
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
+	// Each part checks its keys in a fixed order, and the parts run in a
+	// fixed order, so the joined error text is the same on every run.
+	c.validateBasics(bad)
+	c.validateLimits(bad)
+	c.validateGate(bad)
+	c.validateEdges(bad)
+	c.validateStore(bad)
+	return errors.Join(errs...)
+}
+
+// badKey records one invalid key; Validate joins what its parts record.
+type badKey = func(key, format string, args ...any)
+
+// validateBasics checks the listeners' and data directory's presence and
+// the contract_refine keys.
+func (c *Config) validateBasics(bad badKey) {
 	if c.HTTPAddr == "" {
 		bad("http_addr", "must not be empty")
 	}
@@ -397,6 +413,11 @@ func (c *Config) Validate() error {
 	if cr.BindingCacheSize <= 0 {
 		bad("contract_refine.binding_cache_size", "must be positive, got %d", cr.BindingCacheSize)
 	}
+}
+
+// validateLimits checks the size, count and duration limits of the
+// listeners and the WAL.
+func (c *Config) validateLimits(bad badKey) {
 	if c.HTTP.MaxBodyBytes <= 0 || c.HTTP.MaxBodyBytes > MaxBodyBytesLimit {
 		bad("http.max_body_bytes", "must be positive and at most %d (1 GiB), got %d", int64(MaxBodyBytesLimit), c.HTTP.MaxBodyBytes)
 	}
@@ -419,8 +440,7 @@ func (c *Config) Validate() error {
 		bad("grpc.max_bytes_in_flight", "must be at least one message (http.max_body_bytes + 1 MiB = %d), got %d",
 			c.HTTP.MaxBodyBytes+1<<20, c.GRPC.MaxBytesInFlight)
 	}
-	// Keys are checked in a fixed order (slices, not maps), so the joined
-	// error text is the same on every run.
+	// A slice, not a map: keys are checked in a fixed order.
 	for _, kd := range []struct {
 		key string
 		d   time.Duration
@@ -439,6 +459,11 @@ func (c *Config) Validate() error {
 			bad(key, "must be written as an integer, got %s", v)
 		}
 	}
+}
+
+// validateGate checks the gated path, its protocol, the header names and
+// pointers the gate reads, and the listen addresses.
+func (c *Config) validateGate(bad badKey) {
 	if !strings.HasPrefix(c.Gate.Path, "/") || strings.ContainsFunc(c.Gate.Path, notInPath) {
 		// A query or fragment in it would never equal a request's path,
 		// and nothing would be gated.
@@ -472,6 +497,11 @@ func (c *Config) Validate() error {
 	if !pointerRE.MatchString(c.Gate.ArgsPointer) {
 		bad("gate.args_pointer", "%q is not a JSON Pointer", c.Gate.ArgsPointer)
 	}
+}
+
+// validateEdges checks what the service talks to: logging, the gateway
+// and its upstream, TLS, tracing, approvals' webhook and reloads.
+func (c *Config) validateEdges(bad badKey) {
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -519,6 +549,4 @@ func (c *Config) Validate() error {
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
 		bad("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
 	}
-	c.validateStore(bad)
-	return errors.Join(errs...)
 }

@@ -165,7 +165,7 @@ func checkEndpoint(e string) error {
 }
 
 // validateStore checks the store keys and replica_id.
-func (c *Config) validateStore(bad func(key, format string, args ...any)) {
+func (c *Config) validateStore(bad badKey) {
 	s := &c.Store
 	switch s.Backend {
 	case "", BackendBBolt, BackendEtcd:
