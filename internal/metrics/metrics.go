@@ -103,80 +103,65 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, ErrNoRegistry
 	}
-	m := &Metrics{
-		checkDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "check_duration_seconds",
-			Help:    "Time to decide one gated-path check (ext_authz gRPC, HTTP check or gateway), by answer and HTTP status.",
-			Buckets: latencyBuckets,
-		}, []string{"outcome", "status"}),
-		checkDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "check_decisions_total",
-			Help: "Check decisions as the decision frame records them; an advisory failure is outcome deny, enforced false.",
-		}, []string{"outcome", "reason", "mode", "enforced"}),
-		preflightDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "preflight_duration_seconds",
-			Help:    "Time to decide one POST /v1/preflight, including the WAL commit, by outcome.",
-			Buckets: latencyBuckets,
-		}, []string{"outcome"}),
-		preflightDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "preflight_decisions_total",
-			Help: "Preflight decisions by outcome and reason.",
-		}, []string{"outcome", "reason"}),
-		repairAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "repair_attempts_total",
-			Help: "Preflights submitted as repair attempts (attempt > 1 in a session), by outcome.",
-		}, []string{"outcome"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "outcomes_total",
-			Help: "Tool outcomes recorded (autonomy.outcome frames), by result (ok, violated, warning, unverified), reason, mode and whether the response was replaced.",
-		}, []string{"result", "reason", "mode", "enforced"}),
-		repairSessions: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "repair_sessions_total",
-			Help: "Repair sessions opened: first attempts that came back repair_required.",
-		}),
-		walCommitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "wal_commit_duration_seconds",
-			Help:    "Time of one WAL commit (transaction and fsync), shared by every write in it.",
-			Buckets: latencyBuckets,
-		}),
-		walCommitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "wal_commit_batch_size",
-			Help:    "Writes sharing one WAL commit (group commit).",
-			Buckets: batchBuckets,
-		}),
-		walCommitErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "wal_commit_errors_total",
-			Help: "WAL commits that failed (a writer's own error is not a commit failure).",
-		}),
-		walVerified: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "wal_verified",
-			Help: "1 once the WAL verified at open, 0 while it is being verified or after it failed verification (nothing is decided from it then).",
-		}),
-		walVerifyBadSeq: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "wal_verify_failed_seq",
-			Help: "The seq at which the WAL failed verification (at open, or a binding record found to differ from its frame); 0 while none did.",
-		}),
-		walVerifySeconds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "wal_verify_duration_seconds",
-			Help: "How long the verification of the WAL at open took.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "errors_total",
-			Help: "Error answers by the code in their body: HTTP API codes, and verifier_unavailable for checks that could not be decided.",
-		}, []string{"code"}),
-		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "mode",
-			Help: "The active contract_refine.mode: 1 for the active mode, 0 for the others.",
-		}, []string{"mode"}),
-		bundleInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "bundle_info",
-			Help: "The policy bundle being served: always 1, labelled with its revision and source.",
-		}, []string{"revision", "source"}),
-		bundleReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "bundle_reloads_total",
-			Help: "Bundle reload attempts by result: ok, failed (the old bundle kept serving) or unchanged.",
-		}, []string{"result"}),
+	m := &Metrics{}
+	m.reasons.init(MaxExtraReasons, knownReasons...)
+	m.codes.init(MaxExtraReasons, knownCodes...)
+	cs := m.initDecisions()
+	cs = append(cs, m.initCache()...)
+	cs = append(cs, m.initWAL(o.WALPath)...)
+	cs = append(cs, m.initService()...)
+	cs = append(cs, m.approvals.init(o)...)
+	cs = append(cs, m.store.init()...)
+	if !o.NoRuntimeCollectors {
+		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// initDecisions creates the collectors of the gate's, the preflight core's
+// and the outcome path's decisions.
+func (m *Metrics) initDecisions() []prometheus.Collector {
+	m.checkDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "check_duration_seconds",
+		Help:    "Time to decide one gated-path check (ext_authz gRPC, HTTP check or gateway), by answer and HTTP status.",
+		Buckets: latencyBuckets,
+	}, []string{"outcome", "status"})
+	m.checkDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "check_decisions_total",
+		Help: "Check decisions as the decision frame records them; an advisory failure is outcome deny, enforced false.",
+	}, []string{"outcome", "reason", "mode", "enforced"})
+	m.preflightDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "preflight_duration_seconds",
+		Help:    "Time to decide one POST /v1/preflight, including the WAL commit, by outcome.",
+		Buckets: latencyBuckets,
+	}, []string{"outcome"})
+	m.preflightDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "preflight_decisions_total",
+		Help: "Preflight decisions by outcome and reason.",
+	}, []string{"outcome", "reason"})
+	m.repairAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "repair_attempts_total",
+		Help: "Preflights submitted as repair attempts (attempt > 1 in a session), by outcome.",
+	}, []string{"outcome"})
+	m.repairSessions = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "repair_sessions_total",
+		Help: "Repair sessions opened: first attempts that came back repair_required.",
+	})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "outcomes_total",
+		Help: "Tool outcomes recorded (autonomy.outcome frames), by result (ok, violated, warning, unverified), reason, mode and whether the response was replaced.",
+	}, []string{"result", "reason", "mode", "enforced"})
+	return []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
+		m.repairAttempts, m.repairSessions, m.outcomes}
+}
+
+// initCache creates the binding cache's collectors.
+func (m *Metrics) initCache() []prometheus.Collector {
 	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "binding_cache_lookups_total",
 		Help: "Binding-cache lookups by result; a miss reads the WAL.",
@@ -187,45 +172,82 @@ func New(reg *prometheus.Registry, o Options) (*Metrics, error) {
 		Help: "Bindings evicted from the cache, by size or TTL.",
 	})
 	m.cacheEvictions = evictions
+	return []prometheus.Collector{lookups, evictions}
+}
 
-	m.reasons.init(MaxExtraReasons, knownReasons...)
-	m.codes.init(MaxExtraReasons, knownCodes...)
-	// Zero series for the fixed label values, so rate() and absent() work
-	// from the first scrape rather than from the first event.
-	for _, r := range []string{ReloadOK, ReloadFailed, ReloadUnchanged} {
-		m.bundleReloads.WithLabelValues(r)
-	}
-	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
-		m.mode.WithLabelValues(string(mode))
-	}
-
-	cs := []prometheus.Collector{m.checkDuration, m.checkDecisions, m.preflightDuration, m.preflightDecisions,
-		m.repairAttempts, m.repairSessions, lookups, evictions, m.walCommitDuration, m.walCommitBatch,
-		m.walCommitErrors, m.walVerified, m.walVerifyBadSeq, m.walVerifySeconds, m.errors, m.mode, m.bundleInfo, m.bundleReloads, m.outcomes}
-	cs = append(cs, m.approvals.init(o)...)
-	cs = append(cs, m.store.init()...)
-	if o.WALPath != "" {
-		path := o.WALPath
+// initWAL creates the WAL's collectors; its size is read from walPath at
+// scrape time, when walPath is set.
+func (m *Metrics) initWAL(walPath string) []prometheus.Collector {
+	m.walCommitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "wal_commit_duration_seconds",
+		Help:    "Time of one WAL commit (transaction and fsync), shared by every write in it.",
+		Buckets: latencyBuckets,
+	})
+	m.walCommitBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: "wal_commit_batch_size",
+		Help:    "Writes sharing one WAL commit (group commit).",
+		Buckets: batchBuckets,
+	})
+	m.walCommitErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "wal_commit_errors_total",
+		Help: "WAL commits that failed (a writer's own error is not a commit failure).",
+	})
+	m.walVerified = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "wal_verified",
+		Help: "1 once the WAL verified at open, 0 while it is being verified or after it failed verification (nothing is decided from it then).",
+	})
+	m.walVerifyBadSeq = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "wal_verify_failed_seq",
+		Help: "The seq at which the WAL failed verification (at open, or a binding record found to differ from its frame); 0 while none did.",
+	})
+	m.walVerifySeconds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "wal_verify_duration_seconds",
+		Help: "How long the verification of the WAL at open took.",
+	})
+	cs := []prometheus.Collector{m.walCommitDuration, m.walCommitBatch, m.walCommitErrors, m.walVerified,
+		m.walVerifyBadSeq, m.walVerifySeconds}
+	if walPath != "" {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "wal_size_bytes",
 			Help: "Size of the WAL file (wal.db) on disk, read at scrape time.",
 		}, func() float64 {
-			st, err := os.Stat(path)
+			st, err := os.Stat(walPath)
 			if err != nil {
 				return 0
 			}
 			return float64(st.Size())
 		}))
 	}
-	if !o.NoRuntimeCollectors {
-		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return cs
+}
+
+// initService creates the collectors of error answers, the mode and the
+// bundle, with zero series for their fixed label values, so rate() and
+// absent() work from the first scrape rather than from the first event.
+func (m *Metrics) initService() []prometheus.Collector {
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "errors_total",
+		Help: "Error answers by the code in their body: HTTP API codes, and verifier_unavailable for checks that could not be decided.",
+	}, []string{"code"})
+	m.mode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "mode",
+		Help: "The active contract_refine.mode: 1 for the active mode, 0 for the others.",
+	}, []string{"mode"})
+	m.bundleInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "bundle_info",
+		Help: "The policy bundle being served: always 1, labelled with its revision and source.",
+	}, []string{"revision", "source"})
+	m.bundleReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "bundle_reloads_total",
+		Help: "Bundle reload attempts by result: ok, failed (the old bundle kept serving) or unchanged.",
+	}, []string{"result"})
+	for _, r := range []string{ReloadOK, ReloadFailed, ReloadUnchanged} {
+		m.bundleReloads.WithLabelValues(r)
 	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("metrics: register: %w", err)
-		}
+	for _, mode := range []binding.Mode{binding.ModeDisabled, binding.ModeAdvisory, binding.ModeEnforce} {
+		m.mode.WithLabelValues(string(mode))
 	}
-	return m, nil
+	return []prometheus.Collector{m.errors, m.mode, m.bundleInfo, m.bundleReloads}
 }
 
 // childKey names one label combination of one metric vector.

@@ -149,37 +149,58 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	for _, note := range b.Unenforced() {
 		s.log.Warn("clause not enforced", "note", note)
 	}
+	store, err := s.openStores(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+	s.gate = s.newGate(&cfg, store)
+	s.api = s.newAPI(&cfg, store)
+	s.grpc = s.newGRPC(&cfg)
+	s.awaitVerification()
+	return s, nil
+}
+
+// openStores opens the WAL and, with store.backend: etcd, the shared
+// store; it returns the store that decides answers. On an error it closes
+// what it opened.
+func (s *Server) openStores(ctx context.Context, cfg *config.Config) (stateStore, error) {
 	db, err := wal.Open(cfg.DataDir, &wal.Options{Logger: s.log, OnCommit: s.obs.metrics.WALCommit,
-		VerifyOnOpen: true, OnVerify: s.obs.metrics.WALVerify, Replica: walReplica(&cfg)})
+		VerifyOnOpen: true, OnVerify: s.obs.metrics.WALVerify, Replica: walReplica(cfg)})
 	if err != nil {
 		return nil, err
 	}
 	s.db = db
-	defer func() {
-		if err != nil {
-			db.Close()
-		}
-	}()
-	var store stateStore = db
-	if cfg.StoreBackend() == config.BackendEtcd {
-		if s.etcd, err = s.openShared(ctx, db); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err != nil {
-				s.etcd.Close()
-			}
-		}()
-		store = s.etcd
+	if cfg.StoreBackend() != config.BackendEtcd {
+		return db, nil
 	}
+	if s.etcd, err = s.openShared(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s.etcd, nil
+}
 
-	mode := binding.Mode(cfg.ContractRefine.Mode)
-	s.gate = binding.New(binding.Options{
+// closeStores closes what openStores opened, the shared store first.
+func (s *Server) closeStores() {
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	s.db.Close()
+}
+
+// newGate builds the gate on store.
+func (s *Server) newGate(cfg *config.Config, store stateStore) *binding.Gate {
+	return binding.New(binding.Options{
 		Store:            store,
 		Log:              store,
 		Outcomes:         s.db,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
-		Mode:             mode,
+		Mode:             binding.Mode(cfg.ContractRefine.Mode),
 		Protocol:         binding.Protocol(cfg.Gate.Protocol),
 		Path:             cfg.Gate.Path,
 		KindPointer:      cfg.Gate.KindPointer,
@@ -197,14 +218,18 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Observer:         s.obs.metrics,
 		Spans:            s.obs.spans(),
 	})
+}
+
+// newAPI builds the HTTP API and the preflight core behind it on store.
+func (s *Server) newAPI(cfg *config.Config, store stateStore) *httpapi.API {
 	verifier := preflight.NewVerifier(preflight.Options{Chain: store, BindingWindow: cfg.ContractRefine.BindingWindow,
-		Offline: cfg.ContractRefine.Offline, Now: s.now, Kinds: kindRule(&cfg)})
-	s.api = httpapi.New(httpapi.Options{
+		Offline: cfg.ContractRefine.Offline, Now: s.now, Kinds: kindRule(cfg)})
+	return httpapi.New(httpapi.Options{
 		Submit: submit.New(submit.Options{
 			Verifier:           verifier,
 			Store:              store,
 			Bundle:             func() submit.Bundle { return s.bundle.Load() },
-			Disabled:           mode == binding.ModeDisabled,
+			Disabled:           binding.Mode(cfg.ContractRefine.Mode) == binding.ModeDisabled,
 			BindingWindow:      cfg.ContractRefine.BindingWindow,
 			MaxRepairAttempts:  cfg.ContractRefine.MaxRepairAttempts,
 			SessionWait:        answerWindow(cfg.HTTP.WriteTimeout),
@@ -227,8 +252,13 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		Approvers:    s.sec.access,
 		Outcomes:     s.gate,
 		Now:          s.now,
-		Replica:      walReplica(&cfg),
+		Replica:      walReplica(cfg),
 	})
+}
+
+// newGRPC builds the gRPC server with its limits and registers the
+// ext_authz, ext_proc and health services (and reflection when asked).
+func (s *Server) newGRPC(cfg *config.Config) *grpc.Server {
 	s.health = health.NewServer()
 	opts := append(s.sec.grpcOptions(), s.obs.grpcOptions()...)
 	// Long-lived stream workers keep the stacks they have grown, so a Check
@@ -245,17 +275,24 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	// then is closed, as the HTTP listener closes one that has not sent its
 	// request head (grpc's own default holds it for 120 s).
 	opts = append(opts, grpc.ConnectionTimeout(cfg.HTTP.ReadHeaderTimeout))
-	opts = append(opts, grpcLimitOptions(&cfg)...)
+	opts = append(opts, grpcLimitOptions(cfg)...)
 	// Check responses are marshalled by go-control-plane's generated code.
 	opts = append(opts, extauthz.CodecOption())
-	s.grpc = grpc.NewServer(opts...)
-	extauthz.NewServer(s.gate).Register(s.grpc)
+	g := grpc.NewServer(opts...)
+	extauthz.NewServer(s.gate).Register(g)
 	extauthz.NewProcessor(s.gate, extauthz.ProcessorOptions{Timeout: cfg.HTTP.WriteTimeout,
-		MaxBodyBytes: cfg.HTTP.MaxBodyBytes}).Register(s.grpc)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes}).Register(g)
+	healthpb.RegisterHealthServer(g, s.health)
 	if cfg.GRPC.Reflection {
-		reflection.Register(s.grpc)
+		reflection.Register(g)
 	}
+	return g
+}
+
+// awaitVerification waits a moment for the WAL's verification, then sets
+// readiness from it.
+func (s *Server) awaitVerification() {
+	db := s.db
 	// A log small enough to verify in moments is verified before the
 	// server listens; a bigger one goes on in the background while the
 	// listeners answer unready and decide nothing (503), until it verifies
@@ -267,7 +304,6 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 		s.log.Info("wal verification continues in the background; unready until it ends", "wal", db.Path())
 	}
 	s.ready.Store(db.Trusted() == nil)
-	return s, nil
 }
 
 // verifyWait is how long New waits for the WAL's verification before it
