@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -31,35 +32,58 @@ var (
 // is taken to be JSON text and is parsed first; any other value is encoded
 // with encoding/json and then put in canonical form.
 func Marshal(v any) ([]byte, error) {
+	var out []byte
+	err := canonical(v, func(b []byte) { out = bytes.Clone(b) })
+	return out, err
+}
+
+// bufs holds the buffers canonical writes into: a preflight's frame attrs
+// are several KB, and a fresh buffer grew to them by doubling, which was a
+// fifth of the bytes a preflight allocated (docs/PERFORMANCE.md).
+var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooled is the largest buffer put back in bufs; a rare huge value
+// does not stay held.
+const maxPooled = 64 << 10
+
+// canonical writes the canonical form of v (as Marshal takes it) into a
+// pooled buffer and hands its bytes to use, which must not keep them.
+func canonical(v any, use func([]byte)) error {
 	var raw []byte
+	parse := true
 	switch t := v.(type) {
 	case json.RawMessage:
 		raw = t
 	case []byte:
 		raw = t
 	default:
-		if isPlain(v) {
-			var buf bytes.Buffer
-			if err := write(&buf, v); err != nil {
-				return nil, err
+		if parse = !isPlain(v); parse {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return fmt.Errorf("canon: encode: %w", err)
 			}
-			return buf.Bytes(), nil
+			raw = b
 		}
-		b, err := json.Marshal(v)
+	}
+	if parse {
+		parsed, err := Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("canon: encode: %w", err)
+			return err
 		}
-		raw = b
+		v = parsed
 	}
-	parsed, err := Parse(raw)
-	if err != nil {
-		return nil, err
+	buf := bufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooled {
+			bufs.Put(buf)
+		}
+	}()
+	if err := write(buf, v); err != nil {
+		return err
 	}
-	var buf bytes.Buffer
-	if err := write(&buf, parsed); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	use(buf.Bytes())
+	return nil
 }
 
 // Parse decodes JSON text into the generic values Marshal writes directly:
@@ -80,11 +104,9 @@ func Parse(raw []byte) (any, error) {
 
 // Digest returns "sha256:<hex>" of the canonical form of v.
 func Digest(v any) (string, error) {
-	b, err := Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	return DigestBytes(b), nil
+	var d string
+	err := canonical(v, func(b []byte) { d = DigestBytes(b) })
+	return d, err
 }
 
 // DigestBytes returns "sha256:<hex>" of b, which the caller has already put
