@@ -14,6 +14,13 @@ import (
 // the benchmark with the first error any call returns.
 func Parallel(b *testing.B, n int, fn func(i int) error) {
 	b.Helper()
+	ParallelN(b, b.N, n, fn)
+}
+
+// ParallelN is Parallel for calls other than b.N: a benchmark that takes
+// turns between scenarios runs a share of b.N at a time.
+func ParallelN(b *testing.B, calls, n int, fn func(i int) error) {
+	b.Helper()
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -23,7 +30,7 @@ func Parallel(b *testing.B, n int, fn func(i int) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+			for i := int(next.Add(1)) - 1; i < calls; i = int(next.Add(1)) - 1 {
 				if err := fn(i); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
