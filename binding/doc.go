@@ -1,8 +1,8 @@
 // Package binding is the gate: it decides whether one tool call may reach the
-// tool runtime. It runs the binding ladder of SPEC §5 (known preflight id,
+// tool runtime. It runs the binding ladder of docs/API.md (known preflight id,
 // right tool kind, right caller and arguments, not expired, not replayed) in
-// the mode of SPEC §4, the capability clauses of SPEC §7 and the operator's
-// Rego policy of SPEC §6, consumes one preflighted step durably before it
+// the mode of README.md, the capability clauses of docs/CLAUSES.md and the operator's
+// Rego policy of docs/CLAUSES.md, consumes one preflighted step durably before it
 // allows, and writes one autonomy.decision frame for every gated request.
 //
 // The package has no server code: the gRPC ext_authz server, the HTTP check

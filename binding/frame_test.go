@@ -109,7 +109,7 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 			}
 		})
 	}
-	// SPEC §5.5 names preflight_id and step_id for every decision frame:
+	// docs/API.md names preflight_id and step_id for every decision frame:
 	// a deny that named no preflight still has both, empty.
 	var noIDs map[string]any
 	if b, err := New(Options{}).frameAttrs(&call{req: &Request{}}, &deny); err != nil || json.Unmarshal(b, &noIDs) != nil {
@@ -152,7 +152,7 @@ func BenchmarkFrameAttrs(b *testing.B) {
 	})
 }
 
-// denyBody is the shape DenyBody writes, members in SPEC §5.5 order.
+// denyBody is the shape DenyBody writes, members in the order docs/API.md gives.
 type denyBody struct {
 	Error struct {
 		Code    string `json:"code"`

@@ -36,7 +36,7 @@ const (
 	ModeEnforce  = preflight.ModeEnforce
 )
 
-// Header names of SPEC §5.
+// Header names of docs/API.md.
 const (
 	HeaderPreflightID    = "x-autonomy-preflight-id"
 	HeaderRequestID      = "x-request-id"
@@ -307,7 +307,7 @@ func (d *Decision) Code() string {
 	return sub
 }
 
-// DenyBody is the JSON body of a deny (SPEC §5.5), its members in the
+// DenyBody is the JSON body of a deny (docs/API.md), its members in the
 // spec's order: the bytes encoding/json writes for that shape (frame_test.go
 // compares them), without the reflection on every deny.
 func (d *Decision) DenyBody() []byte {

@@ -44,7 +44,7 @@ func (g *Gate) allow(ctx context.Context, pol Policy, c *call) (bool, string, er
 // when the ladder passed.
 func (c *call) withPreflight() bool { return c.bound != nil && c.contract == "" }
 
-// inputValue builds the Rego input of SPEC §6 as an OPA value, with only
+// inputValue builds the Rego input of docs/CLAUSES.md as an OPA value, with only
 // the members the policy can read.
 func (g *Gate) inputValue(ctx context.Context, pol valuePolicy, c *call) (ast.Value, error) {
 	items := make([][2]*ast.Term, 0, 6)
@@ -128,7 +128,7 @@ func (g *Gate) decisionDoc(ctx context.Context, c *call) (any, error) {
 	return canon.Parse(raw)
 }
 
-// policyInput builds the Rego input of SPEC §6 from Go values, for a
+// policyInput builds the Rego input of docs/CLAUSES.md from Go values, for a
 // Policy that takes a Go map.
 func (g *Gate) policyInput(ctx context.Context, c *call) (map[string]any, error) {
 	headers := make(map[string]any, len(c.req.Headers))

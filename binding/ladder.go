@@ -117,7 +117,7 @@ func (g *Gate) settle(ctx context.Context, c *call) {
 }
 
 // approvalRung is the approval layer of the ladder, after the expiry and
-// before the replay (SPEC §13). It holds back each step of the call's kind
+// before the replay (docs/API.md). It holds back each step of the call's kind
 // and args that waits for an approval not given, and refuses the call when
 // no step it could consume is left: approval: pending while one of them
 // may still be approved, approval: rejected when all were rejected. The
@@ -338,7 +338,7 @@ func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
 		"tool_kind":  text(c.kind),
 		"method":     text(c.req.Method),
 		"path":       text(pathOnly(c.req.Path)),
-		// Named by SPEC §5.5 for every decision frame: empty when the
+		// Named by docs/API.md for every decision frame: empty when the
 		// request named no preflight or consumed no step.
 		"preflight_id": text(d.PreflightID),
 		"step_id":      d.StepID,

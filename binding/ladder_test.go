@@ -58,7 +58,7 @@ type outcome struct {
 	stepID        string
 }
 
-// expect is SPEC §4's table applied to a rung: disabled skips the ladder,
+// expect is the table of modes (README.md) applied to a rung: disabled skips the ladder,
 // advisory records a failure and lets the call continue to the policy
 // (which allows every kind in this table), enforce denies with it.
 func expect(r rung, mode binding.Mode) outcome {
@@ -383,7 +383,7 @@ func consumeOf(b *preflight.Binding, kind, requestID string, e *env) wal.Consume
 	return wal.ConsumeRequest{Binding: b, Kind: kind, RequestID: requestID, Time: e.clock.Now()}
 }
 
-// TestLadder runs every rung of SPEC §5 in every mode of SPEC §4 and checks
+// TestLadder runs every rung of docs/API.md in every mode of README.md and checks
 // the answer, the deny body and the autonomy.decision frame.
 func TestLadder(t *testing.T) {
 	b := loadTestBundle(t)

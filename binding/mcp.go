@@ -17,7 +17,7 @@ import (
 // Protocol is gate.protocol: what the gated path carries.
 type Protocol string
 
-// Protocols of SPEC §5 and §14.
+// Protocols of docs/API.md and docs/MCP.md.
 const (
 	// ProtocolTool: a JSON body with a kind and args (gate.kind_pointer,
 	// gate.args_pointer).

@@ -10,7 +10,7 @@ import (
 )
 
 // TestInexactNumbersRefused: args digests compare numbers as doubles, so a
-// preflight bound to "amountUsd":9007199254740992 used to admit a call of
+// preflight bound to "amountUsd":9007199254740992 would admit a call of
 // 9007199254740993, which a runtime keeping the number's text acts on. A
 // number in args whose text does not round-trip through a double is
 // refused as gate: malformed_tool_call in every mode, and the deny body

@@ -21,7 +21,7 @@ import (
 )
 
 // HeaderPostconditionWarning is set on a response that passed although a
-// strict: false postcondition failed on it (SPEC §12).
+// strict: false postcondition failed on it (docs/API.md).
 const HeaderPostconditionWarning = "x-autonomy-postcondition-warning"
 
 // OutcomeStore is the durable state the outcome of a call needs: the
@@ -119,7 +119,7 @@ func newOutcomes(o *Options) outcomes {
 // for.
 var errNoDecision = errors.New("no decision let this request through")
 
-// Outcome judges a gated call's response (SPEC §12): it evaluates the
+// Outcome judges a gated call's response (docs/API.md): it evaluates the
 // capability's postconditions and invariants and the preflight's output
 // contract on it, writes one autonomy.outcome frame under the call's audit
 // id, and returns the verdict once the frame is durable. Envoy's ext_proc
@@ -362,7 +362,7 @@ func DecodeResult(body []byte) (result any, isJSON bool) {
 	return doc, true
 }
 
-// violationBody is the 502 body of SPEC §12:
+// violationBody is the 502 body of docs/API.md:
 // {"error":{"code","reason","audit_id","clause":{"kind","expression","bindings","message"}}};
 // without a clause for a response that could not be judged.
 func violationBody(a *wal.OutcomeAttrs, auditID string, cl *wal.OutcomeClause) []byte {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestPolicyDecidesInEveryMode: the operator's policy is not governed by
-// the mode (INV-CR-9). A deny is 403 with its reason in every mode,
+// the mode: the mode governs only the ladder and the clauses. A deny is 403 with its reason in every mode,
 // disabled included; an evaluation error is 503 verifier_unavailable in
 // every mode, and is recorded.
 func TestPolicyDecidesInEveryMode(t *testing.T) {

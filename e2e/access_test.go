@@ -1,6 +1,6 @@
 package e2e
 
-// Read access (SPEC §8) against the real binary over real sockets: bearer
+// Read access (docs/SECURITY.md) against the real binary over real sockets: bearer
 // tokens from access.tokens_file scoped to a tenant or to all, 404 for
 // another tenant's records, 401 without a valid token, no token in the
 // logs; and without tokens, reads for loopback clients only unless

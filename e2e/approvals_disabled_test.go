@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestApprovalsModeDisabled: mode disabled gates nothing (SPEC §4: no
+// TestApprovalsModeDisabled: mode disabled gates nothing (README.md: no
 // preflights, the header ignored, no ladder), so no step waits for an
 // approval at the gate: a call on a step nobody approved passes with
 // policy: allowed and consumes nothing. The approvals API still records a

@@ -1,6 +1,6 @@
 package e2e
 
-// Approvals bound to a step (SPEC §13) against the real binary: the
+// Approvals bound to a step (docs/API.md) against the real binary: the
 // preflight lists the steps that wait, the gate holds them (approval:
 // pending, approval: rejected) until a person with a role the step names,
 // who is not the actor, decides through POST /v1/approvals/{id}/{step}; the

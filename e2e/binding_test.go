@@ -191,7 +191,7 @@ func (s *cbServer) audit(t *testing.T, auditID string) []cbFrame {
 	return out.Frames
 }
 
-// cbRefund is a passing refund preflight in the shape of SPEC §3.1: a
+// cbRefund is a passing refund preflight in the shape of docs/API.md#preflightrequest: a
 // customer read and a refund, both in zone payments, every refund argument
 // traced to a high-risk envelope's input, the rollback and evidence the
 // default bundle asks for, and an attestation from the enrolled node issued
@@ -236,7 +236,7 @@ func (r cbRefund) body(t *testing.T) []byte {
 	return b
 }
 
-// cbEnvelope is a valid aruntime.runtime-request.v1 envelope (seed 003)
+// cbEnvelope is a valid aruntime.runtime-request.v1 envelope
 // for a high-risk refund whose input is input.
 func cbEnvelope(name, actor string, now time.Time, input map[string]any) map[string]any {
 	return map[string]any{

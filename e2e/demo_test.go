@@ -30,7 +30,7 @@ var dpDemoTitles = []string{
 
 // dpOutcomeTitles are the steps the in-process demo adds: the gateway
 // judges the runtime's result, and the buggy tool's wrong one is replaced
-// by the 502 of SPEC §12.
+// by the 502 of docs/API.md.
 var dpOutcomeTitles = []string{
 	"Debit 25 USD with ledger.debit.v1",
 	"Debit it with ledger.debit.buggy.v1",

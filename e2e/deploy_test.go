@@ -36,7 +36,7 @@ import (
 // to run out.
 const dpExpiryWait = 10 * time.Second
 
-// Reasons the story expects (SPEC §5).
+// Reasons the story expects (docs/API.md).
 const (
 	dpPassed    = "contract: passed"
 	dpReplay    = "contract: preflight_replay"
@@ -283,7 +283,7 @@ func dpHTTPCall(t *testing.T, url string, c dpCall) dpResult {
 }
 
 // dpReadDenyBody fills reason (and the audit id, when no header carried
-// it) from a SPEC §5.5 deny body.
+// it) from a docs/API.md deny body.
 func dpReadDenyBody(res *dpResult) {
 	var e struct {
 		Error struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/mcpexample"
 )
 
-// This file proves SPEC §14 against the real binary: an MCP server built
+// This file proves docs/MCP.md against the real binary: an MCP server built
 // with the official Go SDK behind the built-in gateway (gate.protocol:
 // mcp), and the SDK's own client in front of it. Its helpers carry the mcp
 // prefix.

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The tests of tool outcomes (SPEC §12) through the built-in gateway, with
+// The tests of tool outcomes (docs/API.md) through the built-in gateway, with
 // the example tool runtime behind it: ledger.debit.v1 answers the right
 // balance, ledger.debit.buggy.v1 applies the debit twice.
 

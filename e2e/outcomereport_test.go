@@ -4,7 +4,7 @@ package e2e
 // that cannot judge responses (nginx, Caddy) reports its own result with a
 // reporter token; the gate judges it on the path ext_proc and the gateway
 // use, records it once (reported_by runtime), and answers a violation with
-// the 502 of SPEC §12. Helpers carry the orp prefix.
+// the 502 of docs/API.md. Helpers carry the orp prefix.
 
 import (
 	"encoding/json"
@@ -112,7 +112,7 @@ func TestOutcomeReportedByRuntime(t *testing.T) {
 		t.Errorf("second report: %d %s, want 409 outcome-already-reported", status, raw)
 	}
 
-	// The buggy runtime's wrong result: the 502 of SPEC §12.
+	// The buggy runtime's wrong result: the 502 of docs/API.md.
 	badAudit := allowed("ledger.debit.buggy.v1", "rq-wrong")
 	status, h, raw = orpPost(t, s, orpReporterToken,
 		orpReport(badAudit, "rq-wrong", "ledger.debit.buggy.v1", ocDebit, `{"accountRef":"acct:1","balanceUsd":50}`))

@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// pfIDShape is SPEC §3.2's shape for preflight and audit ids.
+// pfIDShape is the shape docs/API.md#preflightdecision gives for preflight and audit ids.
 var pfIDShape = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
 
-// pfReasonShape is INV-CR-4.
+// pfReasonShape is the shape of every reason, <layer>: <subreason>.
 var pfReasonShape = regexp.MustCompile(`^[a-z][a-z0-9_]*: [a-z0-9_]+$`)
 
 // pfDecision is the part of a PreflightDecision these tests read.
@@ -87,7 +87,7 @@ func pfGet(t *testing.T, s *Server, path string) pfAnswer {
 	return pfAnswer{resp.StatusCode, b, resp.Header}
 }
 
-// pfMustDecide checks a 200 decision: seven rows, reasons of the INV-CR-4
+// pfMustDecide checks a 200 decision: seven rows, reasons of the <layer>: <subreason>
 // shape, ids of the SPEC shape; it returns the decision.
 func pfMustDecide(t *testing.T, a pfAnswer) pfDecision {
 	t.Helper()
@@ -102,11 +102,11 @@ func pfMustDecide(t *testing.T, a pfAnswer) pfDecision {
 		t.Errorf("%d contract rows, want 7", len(d.ContractResults))
 	}
 	if !pfReasonShape.MatchString(d.Reason) {
-		t.Errorf("reason %q breaks INV-CR-4", d.Reason)
+		t.Errorf("reason %q breaks the reason shape", d.Reason)
 	}
 	for _, r := range d.ContractResults {
 		if r.Reason != "" && !pfReasonShape.MatchString(r.Reason) {
-			t.Errorf("row %s reason %q breaks INV-CR-4", r.Contract, r.Reason)
+			t.Errorf("row %s reason %q breaks the reason shape", r.Contract, r.Reason)
 		}
 	}
 	if !pfIDShape.MatchString(d.PreflightID) || !pfIDShape.MatchString(d.AuditID) || d.PreflightID == d.AuditID {
@@ -184,7 +184,7 @@ func pfApplyHint(t *testing.T, body []byte, field string, suggestion any) []byte
 	return out
 }
 
-// pfEnvelopeRead is a customer.read.v3 plan carrying seed 003's high-risk
+// pfEnvelopeRead is a customer.read.v3 plan carrying the example high-risk
 // envelope, re-dated to now so its deadline is ahead, under key.
 func pfEnvelopeRead(t *testing.T, session, key, summary string) []byte {
 	t.Helper()

@@ -1,6 +1,6 @@
 package e2e
 
-// Several `autonomy serve` processes sharing one etcd (SPEC §11): a
+// Several `autonomy serve` processes sharing one etcd (docs/DEPLOY.md): a
 // preflight on one replica binds on every other, a step is consumed once
 // across all of them, a replica's death loses nothing it acknowledged, and
 // every replica fails closed while etcd cannot answer.

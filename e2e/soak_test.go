@@ -255,7 +255,7 @@ func soakIdemRequest(key string, now time.Time) []byte {
 	return b
 }
 
-// soakEnvelope is a valid aruntime.runtime-request.v1 envelope (seed 003)
+// soakEnvelope is a valid aruntime.runtime-request.v1 envelope
 // for a low-risk tool.echo call.
 func soakEnvelope(key, tenant string, now time.Time) map[string]any {
 	return map[string]any{

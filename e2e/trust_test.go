@@ -19,8 +19,8 @@ import (
 // TestServeRefusesATamperedLog is the attack on a stopped service: delete
 // the consumed marker of a spent step (wal verify then says "it could be
 // consumed again"), or move a binding record's expiry a year later, and
-// start again. The service used to start and allow the spent step a second
-// time under a new request id. Now it verifies the log at open: /readyz
+// start again. Unchecked, the service would start and allow the spent step
+// a second time under a new request id; it verifies the log at open: /readyz
 // is 503, the step is refused with 503 (never allowed), one log line and
 // the metrics name the seq, and the log can still be read over the API
 // and, once stopped, verified and exported with the CLI.

@@ -495,7 +495,7 @@ func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool) {
 }
 
 // checkExtProc: the response of every allowed call goes to the service
-// whole, and nothing passes when the service cannot be asked (SPEC §12).
+// whole, and nothing passes when the service cannot be asked (docs/API.md).
 func checkExtProc(t *testing.T, c envoyConfig) {
 	t.Helper()
 	p := c.proc

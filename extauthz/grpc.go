@@ -143,7 +143,7 @@ func pseudoHeader(field, header string, err error) (string, error) {
 	return field, err
 }
 
-// ResponseFor translates a decision into Envoy's CheckResponse (SPEC §5.5).
+// ResponseFor translates a decision into Envoy's CheckResponse (docs/API.md).
 // The messages of one response are fields of one struct (denyResponse,
 // allowResponse, metadata), so each answer costs a few allocations, not one
 // per message: every Check makes one.
@@ -167,9 +167,9 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 		a.resp = authv3.CheckResponse{Status: &a.status, HttpResponse: &a.oneof, DynamicMetadata: meta}
 		return &a.resp
 	}
-	// Every deny is PERMISSION_DENIED (SPEC §5.5); one that could not be
+	// Every deny is PERMISSION_DENIED (docs/API.md); one that could not be
 	// decided says so with its 503 and contract: verifier_unavailable. An
-	// MCP deny reaches the client as 200 with a JSON-RPC answer (SPEC §14):
+	// MCP deny reaches the client as 200 with a JSON-RPC answer (docs/MCP.md):
 	// the gRPC status, not the HTTP one, is what denies it.
 	status, body := d.ClientDeny()
 	httpCode := typev3.StatusCode_Forbidden

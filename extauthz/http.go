@@ -13,7 +13,7 @@ import (
 // HTTPPrefix is the path under which the HTTP check is served.
 const HTTPPrefix = "/v1/authz"
 
-// HTTPHandler serves the HTTP check of SPEC §5.6: 200 allows (with the
+// HTTPHandler serves the HTTP check of docs/API.md: 200 allows (with the
 // upstream headers on the response), 403 and 503 deny with the JSON body.
 type HTTPHandler struct {
 	gate    Checker

@@ -83,7 +83,7 @@ func (ca *mtlsCA) issue(t testing.TB, serial int64, uri string) tls.Certificate 
 
 // TestCheckPrincipalOverMTLS: when Envoy itself connects over mTLS, the
 // caller is the downstream principal Envoy reports in the CheckRequest
-// (SPEC §8), never Envoy's own certificate; only a direct client, whose
+// (docs/SECURITY.md), never Envoy's own certificate; only a direct client, whose
 // CheckRequest has no source at all, is named by its certificate.
 func TestCheckPrincipalOverMTLS(t *testing.T) {
 	const (

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// SessionKey names the request's repair session (INV-CR-6): the actor's
+// SessionKey names the request's repair session, whose budget of repair
+// attempts is durable (docs/API.md#repair-sessions): the actor's
 // session id and the plan hash, under the actor's id so that one actor
 // cannot spend or read another's budget by naming its session, and under
 // tenant (the envelope's, "" without one) so that one tenant cannot spend

@@ -16,8 +16,8 @@ type ChainResolver interface {
 
 // checkDecisionChain is contract 7: every earlier decision the plan builds
 // on is on record and passed. Offline, an id the local record lacks cannot
-// be proven either way, which is recorded as advisory (seed 000, "Where
-// advisory signals live").
+// be proven either way, which is recorded as advisory: an advisory row is
+// shown, apart from blocking ones, and leaves the outcome alone.
 func checkDecisionChain(e *evaluation) (Result, error) {
 	chain := e.req.Context.DecisionChain
 	if len(chain) == 0 {

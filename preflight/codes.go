@@ -22,7 +22,7 @@ const (
 	CodeRemoteReadsForbidden  = "remote-reads-forbidden"
 	CodeMethodNotAllowed      = "method-not-allowed"
 
-	// The approvals API's (SPEC §13).
+	// The approvals API's (docs/API.md).
 	CodeApproverNotAuthorized  = "approver-not-authorized"
 	CodeApprovalAlreadyDecided = "approval-already-decided"
 	CodeApproverIsActor        = "approver-is-actor"

@@ -1,7 +1,7 @@
 // Package preflight decides whether a planned sequence of tool calls is
 // consistent with the operator's governance configuration, before any of
 // it runs: it decodes a PreflightRequest, runs the seven-contract catalog
-// and the declared clauses, and composes the PreflightDecision of SPEC §3.
+// and the declared clauses, and composes the PreflightDecision of docs/API.md.
 //
 // The package is pure logic. It does no HTTP and no storage: the server
 // decodes the body with DecodeRequest, validates context.request with the

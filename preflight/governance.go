@@ -6,7 +6,7 @@ import (
 )
 
 // Governance is the operator's governance configuration: the data under
-// `autonomy` in the policy bundle (SPEC §6). Both the verifier and the gate
+// `autonomy` in the policy bundle (docs/CLAUSES.md). Both the verifier and the gate
 // read it.
 type Governance struct {
 	Capabilities map[string]Capability `json:"capabilities"`
@@ -24,14 +24,14 @@ type Capability struct {
 	BindArguments     bool          `json:"bind_arguments"`
 	Contract          *ContractSpec `json:"contract,omitempty"`
 	// PermissionClass names the capability's class for an envelope's
-	// approvalPolicy.requiredFor (seed 003), e.g. "financial-high-impact".
+	// approvalPolicy.requiredFor, e.g. "financial-high-impact".
 	PermissionClass string `json:"permission_class,omitempty"`
 	// Approval, when Required, makes every step of the kind wait for a
 	// person's decision before the gate lets it run (approvals.go).
 	Approval *ApprovalSpec `json:"approval,omitempty"`
 }
 
-// ContractSpec is a capability's user-declared clauses (SPEC §7), written in
+// ContractSpec is a capability's user-declared clauses (docs/CLAUSES.md), written in
 // CEL over `args` (and `result`, `old(...)` for postconditions).
 type ContractSpec struct {
 	Preconditions  []string `json:"preconditions,omitempty"`
@@ -90,7 +90,8 @@ func (g *Governance) Capability(kind string) (Capability, bool) {
 }
 
 // RequiresPreflight reports whether a gated call of kind needs a preflight id.
-// A kind the bundle does not list requires none (INV-CR-1).
+// A kind the bundle does not list requires none: only the operator's
+// governance makes a kind need one.
 func (g *Governance) RequiresPreflight(kind string) bool {
 	c, ok := g.Capability(kind)
 	return ok && c.RequiresPreflight

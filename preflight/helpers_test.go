@@ -14,13 +14,13 @@ import (
 	"github.com/contractrefine/autonomy/preflight/envelope"
 )
 
-// testNow is the fixed clock of every test: five seconds after seed 003's
+// testNow is the fixed clock of every test: five seconds after the example envelopes'
 // envelope timestamp, before its deadline.
 var testNow = time.Date(2026, 6, 23, 14, 30, 5, 0, time.UTC)
 
 func fixedClock() time.Time { return testNow }
 
-// loadGovernance reads the SPEC §6-like bundle data of testdata/governance.json.
+// loadGovernance reads the docs/CLAUSES.md-like bundle data of testdata/governance.json.
 func loadGovernance(t testing.TB) *Governance {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "governance.json"))
@@ -34,7 +34,7 @@ func loadGovernance(t testing.TB) *Governance {
 	return &g
 }
 
-// refundJSON is SPEC §3.1's refund request without the envelope, which
+// refundJSON is the refund request of docs/API.md#preflightrequest without the envelope, which
 // unit tests pass as an Envelope value.
 const refundJSON = `{
   "intent":  { "summary": "Refund case 882", "plan_hash": "plan-882-v1" },
@@ -76,7 +76,7 @@ func echoRequest(n int) *Request {
 	return req
 }
 
-// highRiskEnvelope is seed 003's "High-risk request with approval" as the
+// highRiskEnvelope is the high-risk example envelope (testdata/high-risk.json) as the
 // envelope validator would hand it over.
 func highRiskEnvelope() *envelope.Envelope {
 	return &envelope.Envelope{

@@ -1,6 +1,6 @@
 package preflight
 
-// Clause kinds of an after-call result (SPEC §12), as the outcome frame and
+// Clause kinds of an after-call result (docs/API.md), as the outcome frame and
 // the 502 body name them.
 const (
 	ClausePostcondition  = "postcondition"

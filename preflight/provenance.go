@@ -10,7 +10,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
-// Provenance forms a step argument may declare (SPEC §3.5.2).
+// Provenance forms a step argument may declare (docs/API.md#preflightrequest).
 const (
 	provenanceInput   = "input:"
 	provenanceStep    = "step:"

@@ -3,14 +3,16 @@ package preflight
 import "strings"
 
 // Reasons the verifier and the binding ladder emit. Every one has the shape
-// "<layer>: <subreason>" that ValidReason checks (INV-CR-4), so dashboards
+// "<layer>: <subreason>" that ValidReason checks, everywhere a reason is
+// emitted, so dashboards
 // and Rego rules can split on ": " without special cases.
 const (
 	// ReasonPassed: every blocking contract and clause passed.
 	ReasonPassed = "contract: passed"
 	// ReasonRepairRequired: every blocking failure carries a bounded hint.
 	ReasonRepairRequired = "contract: repair_required"
-	// ReasonRepairExhausted: the session spent its repair budget (INV-CR-6).
+	// ReasonRepairExhausted: the session spent its repair budget
+	// (contract_refine.max_repair_attempts, durable across restarts).
 	ReasonRepairExhausted = "contract: repair_exhausted"
 	// ReasonSessionMetadataMissing: actor.session_id or intent.plan_hash is absent.
 	ReasonSessionMetadataMissing = "contract: session_metadata_missing"
@@ -138,7 +140,7 @@ func PolicyReason(sub string) string {
 	return policyLayer + sub
 }
 
-// Names of the seven contracts of SPEC §3.5.
+// Names of the seven contracts of docs/API.md#preflightdecision.
 const (
 	ContractPlanShape             = "plan_shape"
 	ContractArgumentProvenance    = "argument_provenance"

@@ -9,7 +9,7 @@ import (
 // other value is ever produced.
 type Outcome string
 
-// The three outcomes of SPEC §3.2.
+// The three outcomes of docs/API.md#preflightdecision.
 const (
 	OutcomePass           Outcome = "pass"
 	OutcomeRepairRequired Outcome = "repair_required"
@@ -36,7 +36,7 @@ const (
 	SeverityAdvisory Severity = "advisory"
 )
 
-// Request is the PreflightRequest of SPEC §3.1.
+// Request is the PreflightRequest of docs/API.md#preflightrequest.
 type Request struct {
 	Intent  Intent  `json:"intent"`
 	Plan    Plan    `json:"plan"`
@@ -87,7 +87,7 @@ type Attestation struct {
 	IssuedAt string `json:"issued_at"`
 }
 
-// Decision is the PreflightDecision of SPEC §3.2.
+// Decision is the PreflightDecision of docs/API.md#preflightdecision.
 type Decision struct {
 	PreflightID     string      `json:"preflight_id"`
 	AuditID         string      `json:"audit_id"`
@@ -124,7 +124,7 @@ type Eligibility struct {
 	BoundToolKinds   []string `json:"bound_tool_kinds"`
 	ExpiresAt        string   `json:"expires_at"`
 	// ApprovalsRequired lists, on a pass, the steps that wait for a
-	// person's approval (SPEC §13); absent when none does.
+	// person's approval (docs/API.md); absent when none does.
 	ApprovalsRequired []ApprovalRequired `json:"approvals_required,omitempty"`
 }
 

@@ -53,8 +53,8 @@ type Options struct {
 	Kinds KindRule
 }
 
-// DefaultVerifier runs the seven contracts of SPEC §3.5 and the declared
-// clauses, and composes the outcome of SPEC §3.6. It holds no mutable
+// DefaultVerifier runs the seven contracts of docs/API.md#preflightdecision and the declared
+// clauses, and composes the outcome of docs/API.md#how-the-outcome-is-composed. It holds no mutable
 // state, so one value serves concurrent evaluations.
 type DefaultVerifier struct {
 	chain   ChainResolver
@@ -244,7 +244,8 @@ func checkClauses(checker ClauseChecker, s Step) (violations []ClauseViolation, 
 	return checker.Check(s.Kind, args), false
 }
 
-// clauseReason keeps a clause row's reason within INV-CR-4 even if the
+// clauseReason keeps a clause row's reason in the <layer>: <subreason>
+// shape (ValidReason) even if the
 // checker hands back a malformed one.
 func clauseReason(cv ClauseViolation) string {
 	if ValidReason(cv.Reason) {
@@ -256,7 +257,7 @@ func clauseReason(cv ClauseViolation) string {
 	return ReasonPreconditionViolated
 }
 
-// compose applies SPEC §3.6 to the contract rows and then the clause rows.
+// compose applies docs/API.md#how-the-outcome-is-composed to the contract rows and then the clause rows.
 // Only blocking failures count; advisory ones stay in their rows.
 func compose(rows, clauses []Result) (Outcome, string) {
 	first := ""

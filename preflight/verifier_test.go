@@ -336,7 +336,7 @@ func TestNotEvaluated(t *testing.T) {
 	}{
 		"repair exhausted": {reason: ReasonRepairExhausted, window: time.Minute, want: "2026-06-23T14:31:05Z"},
 		"default window":   {reason: ReasonSessionMetadataMissing, want: "2026-06-23T14:35:05Z"},
-		// The envelope's deadline bounds expires_at, refused or not (SPEC §3.2).
+		// The envelope's deadline bounds expires_at, refused or not (docs/API.md#preflightdecision).
 		"deadline first": {reason: ReasonRepairExhausted, window: 2 * time.Minute, req: withRollback,
 			env:  &envelope.Envelope{Deadline: testNow.Add(time.Minute)},
 			want: "2026-06-23T14:31:05Z", rollback: "rb.refund.void"},
@@ -423,7 +423,7 @@ type panicClauses struct{}
 func (panicClauses) Check(string, map[string]any) []ClauseViolation { panic("checker bug") }
 func (panicClauses) Unseen(string) []ClauseViolation                { panic("checker bug") }
 
-// badReasonClauses returns a violation with a reason outside INV-CR-4 for
+// badReasonClauses returns a violation with a reason outside the reason shape for
 // every step.
 type badReasonClauses struct{}
 

@@ -66,7 +66,7 @@ type ConsumeRequest struct {
 	// same transaction as the consume.
 	Decision func(ConsumeResult) FrameInput
 	// Held, when set, has true for each step (by index) this call may not
-	// consume: it waits for an approval not given (SPEC §13). Approvals
+	// consume: it waits for an approval not given (docs/API.md). Approvals
 	// are only ever given, never taken back, so a step held when the gate
 	// looked may be free by the time of the consume, never the reverse.
 	Held []bool

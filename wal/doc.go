@@ -122,7 +122,7 @@
 // frame and the decision that goes with it; and every other decision
 // frame, a deny's included. A deny changes no state, but its answer hands
 // out an audit id the caller may look up at once, and a crash right after
-// the answer must not lose the decision (SPEC §5.5: every gated request
+// the answer must not lose the decision (docs/API.md: every gated request
 // writes one autonomy.decision frame). What keeps denies cheap is group
 // commit, not skipping the wait: writers that arrive while a commit runs
 // share the next one, so under load a commit carries dozens of decisions

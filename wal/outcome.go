@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// KindOutcome is the frame of a tool outcome (SPEC §12); it joins the
+// KindOutcome is the frame of a tool outcome (docs/API.md); it joins the
 // audit only on request (include=outcome), as autonomy.approval does.
 const KindOutcome = "autonomy.outcome"
 
@@ -59,7 +59,7 @@ const (
 	ReporterRuntime = "runtime"
 )
 
-// OutcomeAttrs is the attrs of an autonomy.outcome frame (SPEC §12): what a
+// OutcomeAttrs is the attrs of an autonomy.outcome frame (docs/API.md): what a
 // gated call's response was and how its after-call clauses judged it.
 type OutcomeAttrs struct {
 	// Outcome is OutcomeOK or OutcomeViolated. A response that could not

@@ -42,7 +42,7 @@ type PreflightRecord struct {
 	// nothing.
 	IdempotencyReplaces string
 	// OutputMaxBytes is the envelope's outputContract.maxBytes, 0 when
-	// it set none: the gate applies it to the tool's response (SPEC §12).
+	// it set none: the gate applies it to the tool's response (docs/API.md).
 	OutputMaxBytes int64
 }
 

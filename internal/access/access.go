@@ -238,7 +238,7 @@ type Options struct {
 	OnRefusal func(code string)
 }
 
-// DefaultReadPrefixes are the read endpoints of SPEC §8 and the explain pages.
+// DefaultReadPrefixes are the read endpoints of docs/SECURITY.md and the explain pages.
 var DefaultReadPrefixes = []string{"/v1/preflight/", "/v1/audit/", "/v1/approvals", "/ui/"}
 
 // Guard implements httpapi.Access and guards the read endpoints.
@@ -260,7 +260,7 @@ func New(o Options) *Guard {
 // TokensConfigured reports whether reads need a token.
 func (g *Guard) TokensConfigured() bool { return len(g.o.Tokens) > 0 }
 
-// Authorize returns the tenant the request may read (SPEC §8): with tokens,
+// Authorize returns the tenant the request may read (docs/SECURITY.md): with tokens,
 // the scope of the bearer token it carries, ok false without a valid one;
 // without tokens, every tenant for a local client (or anyone, with
 // AllowRemoteReads).

@@ -348,7 +348,7 @@ func nonLoopbackIP(t *testing.T) net.IP {
 }
 
 // TestErrorBodyMatchesAPI reads the 401 and the 403 over real HTTP and
-// checks that their bodies have the HTTP API's error shape (SPEC §3.3):
+// checks that their bodies have the HTTP API's error shape (docs/API.md#errors):
 // contractVersion and supportedVersions as in httpapi's 404, and the codes,
 // messages and headers of this package.
 func TestErrorBodyMatchesAPI(t *testing.T) {

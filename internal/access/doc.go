@@ -1,5 +1,5 @@
 // Package access decides who may read stored preflight decisions and audit
-// frames (SPEC §8): GET /v1/preflight/{id}, GET /v1/audit/{id} and the
+// frames (docs/SECURITY.md): GET /v1/preflight/{id}, GET /v1/audit/{id} and the
 // explain pages under /ui/.
 //
 // With a tokens file (access.tokens_file) every read needs a bearer token

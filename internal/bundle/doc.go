@@ -1,6 +1,6 @@
 // Package bundle loads the operator's policy bundle: the Rego policy the gate
 // evaluates for every gated request and the governance data (capabilities,
-// attestation, clauses) the verifier and the gate read (SPEC §6).
+// attestation, clauses) the verifier and the gate read (docs/CLAUSES.md).
 //
 // A bundle is a directory of *.rego files and data.json/data.yaml files,
 // loaded with OPA's own loader. When no directory is given, the default

@@ -20,7 +20,7 @@ func init() { extraCommands = append(extraCommands, newApprovals, newApprove) }
 const defaultServer = "http://127.0.0.1:8181"
 
 func newApprovals(stdout, _ io.Writer) *cobra.Command {
-	root := &cobra.Command{Use: "approvals", Short: "Steps that wait for a person's approval (SPEC §13)"}
+	root := &cobra.Command{Use: "approvals", Short: "Steps that wait for a person's approval"}
 	var server, token, state, cursor string
 	var limit int
 	var asJSON bool

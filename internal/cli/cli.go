@@ -87,7 +87,7 @@ func strictCompletion(root *cobra.Command) {
 // extraCommands are subcommands defined in other files of this package.
 var extraCommands []func(stdout, stderr io.Writer) *cobra.Command
 
-// configFlags are the serve flags of SPEC §2.
+// configFlags are the serve flags of README.md#configuration.
 type configFlags struct {
 	file                              string
 	httpAddr, grpcAddr, dataDir, mode string

@@ -37,7 +37,7 @@ func newPreflight(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "preflight -f plan.json | --example NAME",
 		Short: "Submit a PreflightRequest and print the verdict with its contract rows and repair hints",
-		Long: `Submit a PreflightRequest (SPEC §3.1) from a file ("-" reads stdin) to the
+		Long: `Submit a PreflightRequest (docs/API.md#preflightrequest) from a file ("-" reads stdin) to the
 service and print the verdict: outcome and reason, the seven contract rows and
 any clause rows (advisory failures marked), each repair hint, and the
 preflight id with its expiry.
@@ -147,7 +147,7 @@ func postJSON(ctx context.Context, u, token string, body []byte) (int, []byte, e
 // answerError is an error answer from the service's HTTP API. Every
 // command that calls the API returns one, so Main prints each the same
 // way: the request, then the error body's first code, path and message
-// (SPEC §3.3), then any others; a body of another shape is quoted raw.
+// (docs/API.md#errors), then any others; a body of another shape is quoted raw.
 type answerError struct {
 	method, url string
 	status      int

@@ -38,7 +38,7 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("%q is not one of disabled, advisory, enforce", s)
 }
 
-// Limits of SPEC §2.
+// Limits of README.md#configuration.
 const (
 	MaxRepairAttemptsLimit = 3
 	// MaxBodyBytesLimit bounds http.max_body_bytes: a body is read whole
@@ -133,7 +133,7 @@ type GRPC struct {
 	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
 }
 
-// Gate protocols (gate.protocol, SPEC §14).
+// Gate protocols (gate.protocol, docs/MCP.md).
 const (
 	// ProtocolTool gates POST gate.path bodies that name a kind and args.
 	ProtocolTool = "tool"
@@ -141,7 +141,7 @@ const (
 	ProtocolMCP = "mcp"
 )
 
-// Gate holds the gate keys (SPEC §5, §14).
+// Gate holds the gate keys (docs/API.md and docs/MCP.md).
 type Gate struct {
 	// Protocol is tool or mcp.
 	Protocol    string `yaml:"protocol"`
@@ -152,7 +152,7 @@ type Gate struct {
 	ActorHeader string `yaml:"actor_header"`
 }
 
-// WAL holds the wal keys (SPEC §9).
+// WAL holds the wal keys (docs/OPERATIONS.md).
 type WAL struct {
 	Retention          time.Duration `yaml:"retention"`
 	StoreRawRequests   bool          `yaml:"store_raw_requests"`
@@ -174,12 +174,12 @@ type Policy struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
-// Clauses holds the clause evaluation keys (SPEC §7).
+// Clauses holds the clause evaluation keys (docs/CLAUSES.md).
 type Clauses struct {
 	CostLimit uint64 `yaml:"cost_limit"`
 }
 
-// Access holds the read-endpoint access keys (SPEC §8).
+// Access holds the read-endpoint access keys (docs/SECURITY.md).
 type Access struct {
 	// TokensFile is a YAML file of bearer tokens; empty means no tokens.
 	TokensFile string `yaml:"tokens_file"`
@@ -188,7 +188,7 @@ type Access struct {
 	AllowRemoteReads bool `yaml:"allow_remote_reads"`
 }
 
-// Approvals holds the approvals keys (SPEC §13).
+// Approvals holds the approvals keys (docs/API.md).
 type Approvals struct {
 	// WebhookURL, when set, receives a JSON POST for each preflight with
 	// new pending approvals.
@@ -259,7 +259,7 @@ type Reload struct {
 	Debounce time.Duration `yaml:"debounce"`
 }
 
-// Default returns the configuration with every default of SPEC §2.
+// Default returns the configuration with every default of README.md#configuration.
 func Default() Config {
 	return Config{
 		HTTPAddr: "127.0.0.1:8181",

@@ -29,7 +29,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 		c.ContractRefine.BindingCacheSize != 100000 || c.ContractRefine.Offline || c.HTTP.MaxBodyBytes != 1048576 ||
 		c.Gate.Path != "/v1/tool" || c.Gate.KindPointer != "/kind" || c.Gate.ArgsPointer != "/args" ||
 		c.Gate.KindHeader != "" || c.Gate.ActorHeader != "" || c.WAL.Retention != 720*time.Hour || c.WAL.StoreRawRequests {
-		t.Fatalf("defaults differ from SPEC §2: %+v", c)
+		t.Fatalf("defaults differ from README.md#configuration: %+v", c)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The store backends (SPEC §11).
+// The store backends (docs/DEPLOY.md).
 const (
 	BackendBBolt = "bbolt"
 	BackendEtcd  = "etcd"

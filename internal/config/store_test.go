@@ -11,7 +11,7 @@ func TestStoreDefaults(t *testing.T) {
 	e := c.Store.Etcd
 	if c.StoreBackend() != BackendBBolt || e.Prefix != "/contractrefine/" || e.DialTimeout != 5*time.Second ||
 		e.RequestTimeout != 2*time.Second || e.RecordTTL != 24*time.Hour || c.ReplicaID != "" || c.Replica() == "" {
-		t.Fatalf("store defaults differ from SPEC §11: %+v backend %s replica %q", c.Store, c.StoreBackend(), c.Replica())
+		t.Fatalf("store defaults differ from docs/DEPLOY.md: %+v backend %s replica %q", c.Store, c.StoreBackend(), c.Replica())
 	}
 }
 

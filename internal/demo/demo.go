@@ -298,7 +298,7 @@ func (w *walk) story(ctx context.Context) {
 }
 
 // outcomeStory: the gateway judges the runtime's result against the
-// capability's postcondition (SPEC §12): a right balance passes, the buggy
+// capability's postcondition (docs/API.md): a right balance passes, the buggy
 // tool's wrong one is replaced by the 502 naming the clause. In-process
 // only: a target's front may not judge responses (nginx, Caddy), and in
 // advisory mode it records the violation and lets it through.

@@ -6,6 +6,6 @@
 //
 // Advisory failures (a failed row that does not affect the verdict, such as
 // decision_chain_complete offline) carry their own class and a visible
-// "advisory" label, apart from blocking failures, as seed 000 ("Where
-// advisory signals live") asks audit UIs to do.
+// "advisory" label, apart from blocking failures, so a reader never takes
+// a signal that did not decide for one that did.
 package explain

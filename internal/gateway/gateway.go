@@ -43,7 +43,7 @@ var (
 type Options struct {
 	Gate extauthz.Checker
 	// Judge, when set, judges the response of every gated call the gate
-	// let through (SPEC §12): the response is buffered (up to
+	// let through (docs/API.md): the response is buffered (up to
 	// MaxBodyBytes), its outcome recorded, and only then released, or
 	// replaced by the 502 of a violation.
 	Judge    extauthz.Judge

@@ -36,7 +36,7 @@ type Observer interface {
 	APIError(code string)
 }
 
-// Access decides who may read stored records (SPEC §8). A nil Access lets
+// Access decides who may read stored records (docs/SECURITY.md). A nil Access lets
 // everyone read everything.
 type Access interface {
 	// Authorize returns the tenant scope of the request's credentials: ok is
@@ -59,7 +59,7 @@ type Options struct {
 	Observer     Observer
 	Access       Access
 	// Approvers tells who presents a decision to the approvals API
-	// (SPEC §13); nil refuses every decision.
+	// (docs/API.md); nil refuses every decision.
 	Approvers Approvers
 	// Outcomes judges the tool runtimes' own reports (POST /v1/outcome);
 	// nil answers every report 404.
@@ -292,7 +292,7 @@ func (a *API) getPreflight(w http.ResponseWriter, r *http.Request) {
 	w.Write(decision)
 }
 
-// getAudit returns the audit join of SPEC §9.
+// getAudit returns the audit join (docs/API.md, GET /v1/audit/{audit_id}).
 func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	tenant, all, ok := a.authorize(r)

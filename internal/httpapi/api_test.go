@@ -186,7 +186,7 @@ func TestIdempotentReplay(t *testing.T) {
 	}
 	// The recorded outcome wins over a clock that has moved on: the key
 	// names the effect, and a retry after the deadline must learn what
-	// was decided (seed 003), not be told the deadline passed.
+	// was decided, not be told the deadline passed.
 	f.clock.Add(time.Hour)
 	late := f.post(readRequest(t, "refund_pass"))
 	if late.status != http.StatusOK || !bytes.Equal(late.body, first.body) || late.header.Get("Idempotent-Replayed") != "true" {
@@ -548,7 +548,7 @@ func TestAuditJoin(t *testing.T) {
 }
 
 // checkFrameHashes recomputes each frame's chain hash from the audit answer
-// alone (SPEC §9: SHA-256 over prev_hash and the frame's canonical bytes
+// alone (wal/doc.go: SHA-256 over prev_hash and the frame's canonical bytes
 // without its hash), as an auditor outside the service would.
 func checkFrameHashes(t *testing.T, body []byte) {
 	t.Helper()

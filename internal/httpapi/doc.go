@@ -1,4 +1,4 @@
-// Package httpapi serves the agent-facing HTTP API of SPEC §3 and §9:
+// Package httpapi serves the agent-facing HTTP API of docs/API.md:
 // POST /v1/preflight, GET /v1/preflight/{preflight_id} and
 // GET /v1/audit/{audit_id}. It turns HTTP into calls on the verifier and the
 // WAL and back; the decisions themselves live in package preflight.

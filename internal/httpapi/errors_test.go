@@ -16,7 +16,7 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// TestErrorRows drives every error row of SPEC §3.3 (and the read
+// TestErrorRows drives every error row of docs/API.md#errors (and the read
 // endpoints' own errors) through the real handler and checks the status,
 // the code, the JSON Pointer of every listed error, the retryable flag and
 // the body shape; then it checks the WAL recorded nothing and that the

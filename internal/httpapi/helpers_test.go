@@ -26,12 +26,12 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// decisionTime is the injected clock: inside the seed envelopes' window
+// decisionTime is the injected clock: inside the example envelopes' window
 // (timestampUtc 14:30:00Z, deadlineUtc 14:30:20Z) and 65 s after their
 // attestation was issued.
 var decisionTime = time.Date(2026, 6, 23, 14, 30, 5, 0, time.UTC)
 
-// reasonShape is INV-CR-4.
+// reasonShape is the shape of every reason, <layer>: <subreason>.
 var reasonShape = regexp.MustCompile(`^[a-z][a-z0-9_]*: [a-z0-9_]+$`)
 
 // loadBundle loads the embedded default bundle once: it is immutable, and
@@ -237,7 +237,7 @@ func withEnvelope(t testing.TB, name, file string) []byte {
 	return edit(t, name, map[string]any{"/context/request": json.RawMessage(raw)})
 }
 
-// seedEnvelope is the path of one of seed 003's three example envelopes.
+// seedEnvelope is the path of one of the three example envelopes.
 func seedEnvelope(name string) string {
 	return filepath.Join("..", "..", "preflight", "envelope", "testdata", name+".json")
 }
@@ -274,7 +274,7 @@ type row struct {
 }
 
 // mustDecision checks that r is a 200 decision with the invariants every
-// decision has (SPEC §3.2, INV-CR-4), and returns it.
+// decision has (docs/API.md#preflightdecision; every reason <layer>: <subreason>), and returns it.
 // wantUncached checks that an answer may be neither sniffed as HTML nor
 // kept by a cache: it carries agents' text.
 func wantUncached(t testing.TB, r response) {
@@ -310,7 +310,7 @@ func checkDecision(t testing.TB, d decision) {
 		t.Errorf("outcome %q is outside the closed enum", d.Outcome)
 	}
 	if !reasonShape.MatchString(d.Reason) {
-		t.Errorf("reason %q breaks INV-CR-4", d.Reason)
+		t.Errorf("reason %q breaks the reason shape", d.Reason)
 	}
 	var names []string
 	for _, r := range d.ContractResults {
@@ -321,7 +321,7 @@ func checkDecision(t testing.TB, d decision) {
 	}
 	for _, r := range slices.Concat(d.ContractResults, d.ClauseResults) {
 		if r.Reason != "" && !reasonShape.MatchString(r.Reason) {
-			t.Errorf("row %s reason %q breaks INV-CR-4", r.Contract, r.Reason)
+			t.Errorf("row %s reason %q breaks the reason shape", r.Contract, r.Reason)
 		}
 		if !slices.Contains([]string{"pass", "fail", "not_applicable"}, r.Outcome) {
 			t.Errorf("row %s outcome %q", r.Contract, r.Outcome)
@@ -358,7 +358,7 @@ type apiErr struct {
 	SupportedVersions []string `json:"supportedVersions"`
 }
 
-// mustError checks that r is an error answer with the body of SPEC §3.3:
+// mustError checks that r is an error answer with the body of docs/API.md#errors:
 // exactly "error" and "errors", the first entry of errors equal to error,
 // every entry complete. It returns the entries.
 func mustError(t testing.TB, r response, status int) []apiErr {

@@ -43,7 +43,7 @@ func (a *API) routeOutcome() {
 
 // postOutcome records a tool runtime's own report of a call's result
 // (docs/API.md, "POST /v1/outcome"). A result the call's clauses refuse in
-// enforce mode is answered with the 502 and body of SPEC §12, for the
+// enforce mode is answered with the 502 and body of docs/API.md, for the
 // runtime to return instead of its result.
 func (a *API) postOutcome(w http.ResponseWriter, r *http.Request) {
 	var ap Approver

@@ -8,7 +8,7 @@
 // ids, and a new key then lands at the end of its B+tree instead of on a
 // random leaf, so a commit rewrites a page or two per index instead of one
 // per write (the reason UUIDv7 and ULID put the time first). The random
-// part alone carries the 96 unguessable bits SPEC §3.2 asks for; the time
+// part alone carries the 96 unguessable bits docs/API.md#preflightdecision asks for; the time
 // is no secret, since the decision states when it was made.
 package ids
 

@@ -15,7 +15,7 @@ var _ httpapi.ApprovalObserver = (*Metrics)(nil)
 // a long approval timeout (seconds to hours).
 var decisionBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
 
-// approvalMetrics are the approvals' collectors (SPEC §13).
+// approvalMetrics are the approvals' collectors (docs/API.md).
 type approvalMetrics struct {
 	decisions *prometheus.CounterVec
 	wait      prometheus.Histogram

@@ -639,7 +639,7 @@ func addrString(ln net.Listener) string {
 	return ln.Addr().String()
 }
 
-// startCompaction runs WAL retention (SPEC §9) once now and then every
+// startCompaction runs WAL retention (docs/OPERATIONS.md) once now and then every
 // wal.compaction_interval until ctx ends; stop cancels it and waits, so it
 // never touches the WAL after Run closes it. A run that finds nothing to
 // remove commits nothing.

@@ -115,7 +115,7 @@ type Store interface {
 	// the zero Session.
 	Session(ctx context.Context, key string) (wal.Session, error)
 
-	// Approvals (SPEC §13). RecordPreflight also records, for every step
+	// Approvals (docs/API.md). RecordPreflight also records, for every step
 	// of rec.Binding whose Approval is set, a pending wal.Approval of that
 	// step (its args digest, authorities and expiry, the binding's tenant
 	// and actor, RequestedAt = rec.Time), in the same all-or-nothing write.

@@ -6,7 +6,7 @@
 // proxy or a sidecar that must prove who it is before it may ask for a
 // decision. The HTTP listener verifies a client certificate only when one is
 // given, because agents posting preflights and operators reading audit
-// records are authenticated by other means (SPEC §8) and forward-auth
+// records are authenticated by other means (docs/SECURITY.md) and forward-auth
 // proxies that do present a certificate get their principal used as the
 // caller identity.
 //

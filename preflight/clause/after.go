@@ -83,7 +83,7 @@ func checkOld(e celast.Expr, expr string, at Problem) []Problem {
 }
 
 // After evaluates kind's postconditions, then its invariants, on a tool's
-// response (SPEC §12), and returns one result per clause in that order. A
+// response (docs/API.md), and returns one result per clause in that order. A
 // clause that cannot be evaluated (a missing field, a result that is not
 // JSON, the cost limit) does not hold. A kind with no contract, or a
 // validate: false one, returns nil.

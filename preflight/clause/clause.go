@@ -288,7 +288,7 @@ func (ck *check) eval(activation map[string]any, override string) (msg string, o
 	}
 	if override != "" {
 		// The operator's words lead; the expression and the values it read
-		// follow, as in every violation message (SPEC §7).
+		// follow, as in every violation message (docs/CLAUSES.md).
 		return override + ": " + ck.expression + describe(ck.bindings, activation, false), false
 	}
 	return fmt.Sprintf("%s violated: %s%s", ck.clause, ck.expression, describe(ck.bindings, activation, false)), false

@@ -1,5 +1,5 @@
 // Package clause compiles and evaluates the user-declared clauses a
-// capability carries in its `contract` block (SPEC §7), written in CEL.
+// capability carries in its `contract` block (docs/CLAUSES.md), written in CEL.
 //
 // # Variables
 //

@@ -4,20 +4,20 @@
 //
 // # Rules
 //
-// Validate applies every rule of seed 003. Those a JSON Schema can state live
+// Validate applies every rule of the aruntime.runtime-request.v1 contract. Those a JSON Schema can state live
 // in schema/runtime-request.v1.schema.json (draft 2020-12, embedded and
 // compiled once with santhosh-tekuri/jsonschema/v6): the required fields,
 // types, the riskLevel and dataClassification enums, non-empty ids, tenant
 // and session as an object or null, non-negative limits. Additional
-// properties are allowed everywhere, because the seed lets a major version
+// properties are allowed everywhere, because the contract lets a major version
 // gain optional fields that older consumers ignore. The schema also requires
 // the nested authority and limit fields (actor.idRef, the idRef of a given
 // tenant or session, toolPolicy.defaultDecision, maxCalls and
-// allowSideEffects, budget.maxToolCalls), since the seed forbids filling a
+// allowSideEffects, budget.maxToolCalls), since the contract forbids filling a
 // missing authority or limit with a default. The contracts read maxCalls,
-// allowSideEffects, maxToolCalls and allowedTools (SPEC §3.5);
+// allowSideEffects, maxToolCalls and allowedTools (docs/API.md#preflightdecision);
 // defaultDecision is required and validated but decides nothing, because
-// SPEC §3.5.3 checks a kind against allowedTools only when the list is
+// docs/API.md#preflightrequest checks a kind against allowedTools only when the list is
 // given.
 //
 // The rest is code: timestampUtc and deadlineUtc are RFC 3339 instants
@@ -41,11 +41,11 @@
 //   - A missing member of a nested object sorts at the end of that object,
 //     after every error inside it.
 //   - A missing top-level field sorts right after the nearest field that
-//     precedes it in seed 003's field table and is present in the document
+//     precedes it in the contract's field order (fieldOrder) and is present in the document
 //     (before everything when none is). With the table's order in the input,
-//     errors therefore read in table order: for the seed's invalid example,
+//     errors therefore read in table order: for the invalid example (testdata/invalid.json),
 //     /idempotencyKey (missing), then /timestampUtc, then /riskLevel.
 //     Several missing fields sharing one anchor keep the table's order.
 //
-// The first error is the one SPEC §3.3 puts in the response's "error".
+// The first error is the one docs/API.md#errors puts in the response's "error".
 package envelope

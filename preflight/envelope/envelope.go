@@ -32,7 +32,7 @@ type Envelope struct {
 	Budget       Budget
 	Approval     ApprovalPolicy
 	// OutputMaxBytes is outputContract.maxBytes: the largest tool response
-	// body the caller accepts (SPEC §12); 0 when it is absent.
+	// body the caller accepts (docs/API.md); 0 when it is absent.
 	OutputMaxBytes int
 }
 
@@ -72,7 +72,7 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
-// Error codes of SPEC §3.3 that envelope validation produces.
+// Error codes of docs/API.md#errors that envelope validation produces.
 const (
 	CodeValidationFailed   = "contract-validation-failed"
 	CodeUnsupportedVersion = "unsupported-contract-version"

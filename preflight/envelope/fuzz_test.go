@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// FuzzValidate feeds Validate arbitrary bytes; its seed corpus is the seed's
+// FuzzValidate feeds Validate arbitrary bytes; its seed corpus is the contract's
 // three examples (testdata/fuzz/FuzzValidate). Whatever the input, Validate
 // must not panic, must answer the same way twice, and must keep its
 // promises about what it returns.

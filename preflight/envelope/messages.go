@@ -27,7 +27,8 @@ const (
 )
 
 // requiredMessages explains each required top-level field in the caller's
-// terms; the idempotency key's wording is the one seed 003 shows.
+// terms; the idempotency key's wording is the one the runtime-request contract
+// shows in its example error.
 var requiredMessages = map[string]string{
 	"contractVersion":       "A contract version is required.",
 	"requestId":             "A request ID is required.",

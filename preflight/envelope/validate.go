@@ -46,7 +46,8 @@ var compiledSchema = sync.OnceValue(func() *jsonschema.Schema {
 	return sch
 })
 
-// fieldOrder is the order of seed 003's field table. A missing top-level
+// fieldOrder is the order in which the runtime-request contract lists its
+// top-level fields. A missing top-level
 // field is reported right after the nearest field before it in this table
 // that the document has, so errors read in the order the contract lists
 // its fields wherever the document leaves a gap.

@@ -132,7 +132,8 @@ func (s *Service) Submit(ctx context.Context, sub Submission) (*Answer, *Error) 
 		defer release()
 	}
 	// The deadline is checked after the idempotency lookup: a retry of a
-	// recorded effect gets the recorded outcome, even late (seed 003).
+	// recorded effect gets the recorded outcome, even late: the key names the
+	// effect, not the attempt.
 	if in.env != nil && !in.env.Deadline.IsZero() && !now.Before(in.env.Deadline) {
 		return nil, fieldError(http.StatusBadRequest, preflight.CodeDeadlineExceeded, "/context/request/deadlineUtc", "The request deadline has already passed.")
 	}
@@ -278,7 +279,7 @@ func (s *Service) decide(ctx context.Context, in *submission, now time.Time, dry
 			return nil, s.unavailable(ctx, "read repair session", err)
 		}
 		// The budget opens with the session's first repair_required
-		// (SPEC §3.6): from then on max_repair_attempts more submissions.
+		// (docs/API.md#how-the-outcome-is-composed): from then on max_repair_attempts more submissions.
 		in.attempt = sess.Attempts + 1
 		exhausted = sess.RepairFrom > 0 && in.attempt > sess.RepairFrom+s.o.MaxRepairAttempts
 	}
@@ -369,7 +370,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt
 	}
 	if in.env != nil {
-		// The gate holds the tool's response to it (SPEC §12).
+		// The gate holds the tool's response to it (docs/API.md).
 		rec.OutputMaxBytes = int64(in.env.OutputMaxBytes)
 	}
 	return rec, nil
@@ -410,7 +411,7 @@ func keyFieldsFit(req *preflight.Request, env *envelope.Envelope) (path string, 
 	return "", true
 }
 
-// idempotencyKey scopes the envelope's key by tenant and actor (SPEC §3.4).
+// idempotencyKey scopes the envelope's key by tenant and actor (docs/API.md#idempotency).
 func idempotencyKey(env *envelope.Envelope, req *preflight.Request) string {
 	actor := env.ActorIDRef
 	if actor == "" {

@@ -12,7 +12,7 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// approvalTests are the approval cases of the suite (SPEC §13).
+// approvalTests are the approval cases of the suite (docs/API.md).
 var approvalTests = map[string]func(*testing.T, Opener){
 	"ApprovalRecordedPending":  approvalRecordedPending,
 	"ApprovalDecideOnce":       approvalDecideOnce,
