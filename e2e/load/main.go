@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -58,6 +59,10 @@ type settings struct {
 	opaEnvoy string
 	// noDecisionLog runs the service with log.decisions off.
 	noDecisionLog bool
+	// etcd adds the runs on the etcd backend (etcd.go).
+	etcd bool
+	// serviceArgs are more flags of the service's serve.
+	serviceArgs []string
 }
 
 // report is everything one run measured.
@@ -96,6 +101,7 @@ type goal struct {
 }
 
 func main() {
+	etcdtest.RunMemberIfAsked() // the etcd member of -etcd, when this is its process
 	if os.Getenv(floorEnv) != "" {
 		if err := serveFloors(); err != nil {
 			fmt.Fprintln(os.Stderr, "load floors:", err)
@@ -128,6 +134,7 @@ func parseFlags(args []string) (settings, error) {
 	fs.IntVar(&cfg.maxIDs, "max-ids", 30000, "most fresh preflight ids made (untimed) for one consume run")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this file")
 	fs.StringVar(&cfg.opaEnvoy, "opa-envoy", "", "opa-envoy-plugin binary to measure beside the service, without and with its decision log")
+	fs.BoolVar(&cfg.etcd, "etcd", false, "also run the service scenarios on etcd: one replica, then three, on a local one-member etcd (etcd.go)")
 	fs.BoolVar(&cfg.noDecisionLog, "no-decision-log", false, "run the service with log.decisions: false (no log line per decision; the WAL still holds each)")
 	env := fs.String("service-env", "", "comma-separated NAME=VALUE pairs added to the service's environment (GOGC=400,GOMEMLIMIT=120MiB)")
 	if err := fs.Parse(args); err != nil {
@@ -260,6 +267,11 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		return nil, err
 	}
 
+	if cfg.etcd {
+		if err := etcdRun(ctx, cfg, cl, rep, out, filepath.Join(work, "etcd")); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.fill > 0 {
 		if err := fillRun(ctx, cfg, cl, rep, out, filepath.Join(work, "filled")); err != nil {
 			return nil, err
@@ -276,6 +288,7 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		}
 	}
 	rep.judge(cfg)
+	rep.judgeEtcd(cfg)
 	rep.print(out)
 	if cfg.jsonPath != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
@@ -299,6 +312,20 @@ type service struct {
 	// least, when set, makes a least durable bbolt write after each
 	// serial consume (boltfloor.go).
 	least *leastWriter
+	// others are more replicas sharing the service's store (etcd.go): the
+	// scenarios spread their calls over all of them.
+	others []*service
+}
+
+// at is the replica call i goes to: calls spread round-robin.
+func (s *service) at(i int) *service {
+	if len(s.others) == 0 {
+		return s
+	}
+	if i %= len(s.others) + 1; i == 0 {
+		return s
+	}
+	return s.others[i-1]
 }
 
 // newService starts the service on dir; warm makes 50 preflights and
@@ -307,7 +334,7 @@ func newService(ctx context.Context, cfg settings, cl *client, dir string, warm 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	p, addrs, err := startService(cfg.bin, dir, cfg.serviceEnv, !cfg.noDecisionLog)
+	p, addrs, err := startService(cfg.bin, dir, cfg.serviceEnv, !cfg.noDecisionLog, cfg.serviceArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +372,7 @@ func (s *service) close() error {
 func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64) error {
 	r := s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-			id, err := s.cl.preflight(ctx, s.base)
+			id, err := s.cl.preflight(ctx, s.at(i).base)
 			if err == nil {
 				s.pool.add(id)
 			}
@@ -366,21 +393,23 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 	}
 	r = s.measure(ctx, func() result {
 		return driveBetween(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
-			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
+			// On several replicas, most ids are consumed on another
+			// replica than the one that made them.
+			return check(ctx, s.at(i+1).ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
 		}, between)
 	})
 	rep.add(out, target, scConsume, r)
 
 	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-			return check(ctx, s.ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, preflight.ReasonReplay)
+			return check(ctx, s.at(i).ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, preflight.ReasonReplay)
 		})
 	})
 	rep.add(out, target, scReplay, r)
 
 	r = s.measure(ctx, func() result {
 		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
-			return check(ctx, s.ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, preflight.ReasonPreflightRequired)
+			return check(ctx, s.at(i).ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, preflight.ReasonPreflightRequired)
 		})
 	})
 	rep.add(out, target, scNoHeader, r)
@@ -391,6 +420,9 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 // per call and what its WAL's group commit did meanwhile (read from its own
 // /metrics), so a figure can be traced to commits as well as to CPU.
 func (s *service) measure(ctx context.Context, run func() result) result {
+	if len(s.others) > 0 {
+		return run() // one process's CPU and commits would not be the call's
+	}
 	w0, err0 := walCommits(ctx, s.cl.http, s.base)
 	r := withCPU(s.proc.pid(), run)
 	if r.Errors > 0 {
@@ -412,7 +444,7 @@ func (s *service) topUp(ctx context.Context, want int) error {
 		return nil
 	}
 	r := drive(ctx, 64, time.Hour, need, func(ctx context.Context, i int) error {
-		id, err := s.cl.preflight(ctx, s.base)
+		id, err := s.cl.preflight(ctx, s.at(i).base)
 		if err == nil {
 			s.pool.add(id)
 		}

@@ -194,7 +194,7 @@ type serviceAddrs struct {
 // startService runs `autonomy serve` in enforce mode on dataDir, logging (at
 // the default level, info: with decisionLog one line per decision, as by
 // default) to a file beside it, and waits for its "listening" line.
-func startService(bin, dataDir string, env []string, decisionLog bool) (*proc, serviceAddrs, error) {
+func startService(bin, dataDir string, env []string, decisionLog bool, args ...string) (*proc, serviceAddrs, error) {
 	var addrs serviceAddrs
 	cfg := filepath.Join(dataDir, "autonomy.yaml")
 	yaml := "contract_refine:\n  mode: enforce\n"
@@ -210,8 +210,8 @@ func startService(bin, dataDir string, env []string, decisionLog bool) (*proc, s
 		return nil, addrs, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--http-addr", "127.0.0.1:0",
-		"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir, "--mode", "enforce")
+	cmd := exec.Command(bin, append([]string{"serve", "--config", cfg, "--http-addr", "127.0.0.1:0",
+		"--grpc-addr", "127.0.0.1:0", "--data-dir", dataDir, "--mode", "enforce"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {

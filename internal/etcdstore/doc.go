@@ -36,7 +36,10 @@
 // # Frames
 //
 // Each replica writes every frame to its own hash-chained WAL first, and a
-// copy to P f/…, before the answer that depends on it. GET /v1/audit reads
+// copy to P f/…, before the answer that depends on it; the copies of
+// concurrent calls share transactions (group commit, up to 128 puts, two
+// in flight), so a lone call waits one round trip and a busy replica
+// sends far fewer requests than calls. GET /v1/audit reads
 // the copies of every replica (and the local log, for frames whose copies
 // expired), so it answers the same on every live replica, also after the
 // writer died. A preflight's frame is written before its binding, so a

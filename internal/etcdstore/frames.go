@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -11,19 +12,96 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
-// copyFrames writes copies of frames this replica logged, in one request,
-// so every replica's audit join has them.
+// copyFrames writes copies of frames this replica logged, so every
+// replica's audit join has them, and returns once they are committed. The
+// copies of concurrent calls share transactions (copier): one call alone
+// waits for one round trip, as with a transaction of its own.
 func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	return s.withLease(ctx, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, len(frames))
-		for i := range frames {
-			f := &frames[i]
-			ops[i] = clientv3.OpPut(s.p.frame(f.AuditID, s.o.Replica, f.Seq), string(wal.EncodeFrame(f)), clientv3.WithLease(lease))
+	req := &copyRequest{frames: frames, done: make(chan error, 1)}
+	select {
+	case s.copies <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	case <-s.bg.Done():
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The copy may still commit; the caller answers 503 either way.
+		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	}
+}
+
+// maxCopyOps bounds the puts of one copy transaction: etcd refuses a
+// transaction of more than --max-txn-ops (128 by default).
+const maxCopyOps = 128
+
+// copiers is how many copy transactions may be in flight at once: while
+// one commits, the next gathers the copies that arrive meanwhile.
+const copiers = 2
+
+// copyRequest is one call's frames waiting for their copy transaction.
+type copyRequest struct {
+	frames []wal.Frame
+	done   chan error
+}
+
+// copier gathers the copy requests waiting when it is free, up to
+// maxCopyOps frames, and writes them in one transaction (group commit);
+// every request of it gets that transaction's error. It runs until the
+// store is closed.
+func (s *Store) copier() {
+	var next *copyRequest
+	for {
+		batch := make([]*copyRequest, 0, 8)
+		if next != nil {
+			batch, next = append(batch, next), nil
+		} else {
+			select {
+			case r := <-s.copies:
+				batch = append(batch, r)
+			case <-s.bg.Done():
+				return
+			}
 		}
-		octx, cancel := s.opCtx(ctx)
+		n := len(batch[0].frames)
+	gather:
+		for n < maxCopyOps {
+			select {
+			case r := <-s.copies:
+				if n+len(r.frames) > maxCopyOps {
+					next = r
+					break gather
+				}
+				batch = append(batch, r)
+				n += len(r.frames)
+			default:
+				break gather
+			}
+		}
+		err := s.writeCopies(batch, n)
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+// writeCopies puts the frames of batch, n of them, in one transaction.
+func (s *Store) writeCopies(batch []*copyRequest, n int) error {
+	return s.withLease(s.bg, func(lease clientv3.LeaseID) error {
+		ops := make([]clientv3.Op, 0, n)
+		for _, r := range batch {
+			for i := range r.frames {
+				f := &r.frames[i]
+				ops = append(ops, clientv3.OpPut(s.p.frame(f.AuditID, s.o.Replica, f.Seq), string(wal.EncodeFrame(f)), clientv3.WithLease(lease)))
+			}
+		}
+		octx, cancel := s.opCtx(s.bg)
 		defer cancel()
 		_, err := s.cli.Txn(octx).Then(ops...).Commit()
 		return s.seen(octx, err)

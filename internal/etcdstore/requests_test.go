@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +104,45 @@ func TestRequestsPerCall(t *testing.T) {
 	count("consume", 2, consume("r1", wal.Consumed))
 	count("consume repeated (same request id)", 2, consume("r1", wal.Repeated))
 	count("consume replay", 2, consume("r2", wal.Replay))
+}
+
+// TestConcurrentCopiesShareTransactions: the frame copies of concurrent
+// calls go to etcd in shared transactions, and every call's copy is there
+// when it returns.
+func TestConcurrentCopiesShareTransactions(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	if _, err := s.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: "au_copies_warm", Time: time.Now(),
+		Attrs: map[string]any{"outcome": "deny"}}); err != nil {
+		t.Fatal(err) // grants the bucket's lease
+	}
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	const calls = 64
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			f, err := s.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: fmt.Sprintf("au_copies_%02d", i),
+				Time: time.Now(), Attrs: map[string]any{"outcome": "deny"}})
+			if err == nil {
+				var got []wal.Frame
+				if got, err = s.AuditFrames(ctx, f.AuditID); err == nil && (len(got) != 1 || got[0].Hash != f.Hash) {
+					err = fmt.Errorf("audit %s: %d frames", f.AuditID, len(got))
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each call read its audit join once (a Get); the copies took the rest.
+	if txns := kv.n.Load() - calls; txns >= calls {
+		t.Errorf("%d calls made %d copy transactions, want fewer (shared)", calls, txns)
+	} else {
+		t.Logf("%d concurrent calls: %d copy transactions", calls, txns)
+	}
 }

@@ -74,9 +74,12 @@ type Store struct {
 	locks   keyLocks
 	healthy atomic.Bool
 
-	// bg lives as long as the store: the keep-alive of its claim lease.
+	// bg lives as long as the store: the keep-alive of its claim lease,
+	// and the copiers.
 	bg   context.Context
 	stop context.CancelFunc
+	// copies feeds the copiers (frames.go).
+	copies chan *copyRequest
 
 	sessMu  sync.Mutex
 	session *concurrency.Session
@@ -128,6 +131,10 @@ func Open(o Options) (*Store, error) {
 	}
 	s.cli = cli
 	s.bg, s.stop = context.WithCancel(context.Background())
+	s.copies = make(chan *copyRequest)
+	for range copiers {
+		go s.copier()
+	}
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
 	s.healthy.Store(true)
 	return s, nil

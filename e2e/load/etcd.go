@@ -1,0 +1,139 @@
+package main
+
+// The -etcd runs: the service scenarios on the etcd backend, beside the
+// bbolt figures of the same run.
+//
+//	etcd (txn)       a serial etcd transaction from this process (If the key
+//	                 is absent, Then put it: the shape of a consume), the
+//	                 etcd round trip the goals are judged with
+//	etcd ×1          one replica on a local one-member etcd (its own process)
+//	etcd ×3          three replicas on the same etcd; preflights, Checks and
+//	                 replays go round-robin over them, and a fresh id is
+//	                 consumed on the replica after the one its index names,
+//	                 so most consumes land on another replica than the one
+//	                 that answered the preflight
+//
+// Goals (issue 18): consume at 64 on etcd ×1 ≥ 0.5 × consume at 64 on
+// bbolt; serial consume p50 on etcd ×1 ≤ bbolt's + one etcd round trip
+// (the serial transaction's p50).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/contractrefine/autonomy/internal/etcdtest"
+)
+
+// Targets and scenarios of the etcd runs.
+const (
+	targetEtcdStore = "etcd (txn)"
+	targetEtcd1     = "etcd ×1"
+	targetEtcd3     = "etcd ×3"
+	scEtcdTxn       = "txn put-if-absent"
+	etcdReplicas    = 3
+)
+
+// etcdRun starts a one-member etcd in a process of its own, measures its
+// round trip, then runs the service scenarios on one replica and on
+// etcdReplicas replicas at every concurrency.
+func etcdRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.Writer, dir string) error {
+	fmt.Fprintln(out, "starting a one-member etcd ...")
+	c, err := etcdtest.Start(etcdtest.Options{Kind: etcdtest.Process, Dir: filepath.Join(dir, "etcd")})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	eps := strings.Join(c.Endpoints(), ",")
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for _, conc := range cfg.conc {
+		r := drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
+			k := fmt.Sprintf("/load-txn/%d-%d", conc, i)
+			_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+				Then(clientv3.OpPut(k, "x")).Commit()
+			return err
+		})
+		rep.add(out, targetEtcdStore, scEtcdTxn, r)
+	}
+
+	for _, n := range []int{1, etcdReplicas} {
+		target := targetEtcd1
+		if n > 1 {
+			target = targetEtcd3
+		}
+		svcs := make([]*service, n)
+		closeAll := func() {
+			for _, s := range svcs {
+				if s != nil {
+					s.close()
+				}
+			}
+		}
+		for i := range svcs {
+			rc := cfg
+			rc.serviceArgs = append(append([]string(nil), cfg.serviceArgs...),
+				"--etcd-endpoints", eps, "--replica-id", fmt.Sprintf("load-%d-%d", n, i))
+			if svcs[i], err = newService(ctx, rc, cl, filepath.Join(dir, fmt.Sprintf("replicas-%d-%d", n, i)), i == 0); err != nil {
+				closeAll()
+				return err
+			}
+		}
+		first := svcs[0]
+		first.others = svcs[1:]
+		for _, conc := range cfg.conc {
+			floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
+			if err := first.scenarios(ctx, rep, out, target, conc, floorRate); err != nil {
+				closeAll()
+				return err
+			}
+		}
+		closeAll()
+	}
+	return nil
+}
+
+// judgeEtcd works out the goals of issue 18 that this run measured.
+func (rep *report) judgeEtcd(cfg settings) {
+	if !cfg.etcd {
+		return
+	}
+	for _, c := range cfg.conc {
+		if c != 64 {
+			continue
+		}
+		b, e := rep.find(targetService, scConsume, 64), rep.find(targetEtcd1, scConsume, 64)
+		if b.PerSecond > 0 {
+			got := e.PerSecond / b.PerSecond
+			g := goal{Name: "check consume at 64: etcd ×1 / bbolt throughput", Got: got, Want: ">= 0.5", Met: got >= 0.5,
+				Notes: fmt.Sprintf("etcd ×1 %.0f/s, bbolt %.0f/s", e.PerSecond, b.PerSecond)}
+			if e3 := rep.find(targetEtcd3, scConsume, 64); e3.PerSecond > 0 {
+				g.Notes += fmt.Sprintf("; etcd ×3 %.0f/s (%.2f × etcd ×1)", e3.PerSecond, e3.PerSecond/e.PerSecond)
+			}
+			if t := rep.find(targetEtcdStore, scEtcdTxn, 64); t.PerSecond > 0 {
+				g.Notes += fmt.Sprintf("; etcd alone takes %.0f put-if-absent txn/s at 64", t.PerSecond)
+			}
+			rep.Goals = append(rep.Goals, g)
+		}
+	}
+	for _, c := range cfg.conc {
+		if c != 1 {
+			continue
+		}
+		b, e, t := rep.find(targetService, scConsume, 1), rep.find(targetEtcd1, scConsume, 1), rep.find(targetEtcdStore, scEtcdTxn, 1)
+		if b.P50Micros > 0 && t.P50Micros > 0 {
+			bound := b.P50Micros + t.P50Micros
+			got := e.P50Micros / bound
+			rep.Goals = append(rep.Goals, goal{Name: "check consume at 1: etcd ×1 p50 / (bbolt p50 + etcd txn p50)",
+				Got: got, Want: "<= 1.0", Met: got <= 1.0,
+				Notes: fmt.Sprintf("etcd ×1 p50 %.0f µs; bbolt %.0f µs + txn %.0f µs = %.0f µs", e.P50Micros, b.P50Micros, t.P50Micros, bound)})
+		}
+	}
+}
