@@ -148,6 +148,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			return wal.Frame{}, err
 		}
 		if ok {
+			s.remember(b.PreflightID, encodeBinding(b, rec.Decision, s.o.Replica), b.ExpiresAt)
 			return frame, nil
 		}
 		// A guard moved between the read and the write: read again; an
@@ -219,22 +220,49 @@ func (s *Store) get(ctx context.Context, key string) ([]byte, error) {
 
 // Binding returns the binding recorded for a preflight id.
 func (s *Store) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
-	v, err := s.get(ctx, s.p.binding(preflightID))
-	if err != nil {
-		return preflight.Binding{}, err
-	}
-	b, _, err := decodeBinding(preflightID, v)
+	b, _, err := s.bindingOf(ctx, preflightID)
 	return b, err
 }
 
 // Decision returns the decision bytes exactly as recorded.
 func (s *Store) Decision(ctx context.Context, preflightID string) ([]byte, error) {
-	v, err := s.get(ctx, s.p.binding(preflightID))
-	if err != nil {
-		return nil, err
-	}
-	_, d, err := decodeBinding(preflightID, v)
+	_, d, err := s.bindingOf(ctx, preflightID)
 	return d, err
+}
+
+// recentBindings bounds the bindings kept by remember.
+const recentBindings = 1024
+
+// recentBinding is a binding's value in etcd, kept until its expiry.
+type recentBinding struct {
+	value []byte
+	until time.Time
+}
+
+// remember keeps the value of a binding this replica recorded or read,
+// until the binding expires: a binding never changes once recorded, and
+// its lease outlives its expiry (record_ttl is never below the binding
+// window), so until then it is what etcd would answer. The preflight's own
+// replica then reads nothing to check a call under it.
+func (s *Store) remember(id string, value []byte, until time.Time) {
+	s.recent.Add(id, recentBinding{value: value, until: until})
+}
+
+// bindingOf is a binding and its decision bytes, from remember's cache or
+// etcd.
+func (s *Store) bindingOf(ctx context.Context, id string) (preflight.Binding, []byte, error) {
+	if r, ok := s.recent.Get(id); ok && s.now().Before(r.until) {
+		return decodeBinding(id, r.value)
+	}
+	v, err := s.get(ctx, s.p.binding(id))
+	if err != nil {
+		return preflight.Binding{}, nil, err
+	}
+	b, d, err := decodeBinding(id, v)
+	if err == nil {
+		s.remember(id, v, b.ExpiresAt)
+	}
+	return b, d, err
 }
 
 // ChainStatus reports whether a preflight was recorded under auditID and

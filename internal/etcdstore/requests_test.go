@@ -49,7 +49,8 @@ func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 // TestRequestsPerCall counts the etcd requests of each call on the hot
 // path (docs/PERFORMANCE.md states them): a preflight is one transaction;
 // a consume is its transaction, then one write of its frames' copies; a
-// peek is one read. The bucket's lease is granted before counting: one
+// peek is one read; the binding of a preflight this replica recorded is
+// none. The bucket's lease is granted before counting: one
 // grant per bucket (record_ttl/24) and replica.
 func TestRequestsPerCall(t *testing.T) {
 	s := open(t, "replica-a", newPrefix(), t.TempDir())
@@ -97,6 +98,7 @@ func TestRequestsPerCall(t *testing.T) {
 			return err
 		}
 	}
+	count("binding this replica recorded", 0, func() error { _, err := s.Binding(ctx, b.PreflightID); return err })
 	count("peek", 1, func() error {
 		_, err := s.Peek(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", RequestID: "r1", Time: time.Now()})
 		return err

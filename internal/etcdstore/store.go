@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -80,6 +81,9 @@ type Store struct {
 	stop context.CancelFunc
 	// copies feeds the copiers (frames.go).
 	copies chan *copyRequest
+	// recent holds the bindings this replica recorded or read lately
+	// (records.go, remember).
+	recent *lru.Cache[string, recentBinding]
 
 	sessMu  sync.Mutex
 	session *concurrency.Session
@@ -132,6 +136,7 @@ func Open(o Options) (*Store, error) {
 	s.cli = cli
 	s.bg, s.stop = context.WithCancel(context.Background())
 	s.copies = make(chan *copyRequest)
+	s.recent, _ = lru.New[string, recentBinding](recentBindings)
 	for range copiers {
 		go s.copier()
 	}
