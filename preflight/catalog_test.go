@@ -243,3 +243,44 @@ func TestCodesUsedAndOnlyInCatalog(t *testing.T) {
 		}
 	}
 }
+
+// outsideRefs are citations of documents the repository does not hold.
+var outsideRefs = regexp.MustCompile(`SPEC §|\bINV-CR-\d|\bseed 0\d\d`)
+
+// TestCommentsCiteTheRepo fails on a Go comment that cites the
+// specification's sections, its invariants or its seed documents: comments
+// name a document in the repository (README.md, docs/) or say the rule.
+func TestCommentsCiteTheRepo(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == "testdata" || strings.HasPrefix(name, ".") && path != root {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, g := range f.Comments {
+			if m := outsideRefs.FindString(g.Text()); m != "" {
+				t.Errorf("%s: comment cites %q, a document outside the repository", fset.Position(g.Pos()), m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

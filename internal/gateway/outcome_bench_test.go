@@ -32,7 +32,7 @@ allow if data.autonomy.capabilities[input.action.kind]
 `
 
 // benchData declares a debit with no clauses and one whose result must
-// pass two postconditions (SPEC §12).
+// pass two postconditions (docs/API.md).
 const benchData = `autonomy:
   capabilities:
     ledger.plain: { zones: ["*"] }
