@@ -132,12 +132,8 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		return Verdict{Release: true}
 	}
 	r := x.Request
-	c := &call{req: r, requestID: r.Headers[HeaderRequestID]}
-	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
-	if g.undescribed(r) != nil {
-		c.gated = true
-	}
-	if !c.gated {
+	c := g.gatedCall(r)
+	if c == nil {
 		return Verdict{Release: true}
 	}
 	defer func() {
@@ -152,15 +148,7 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		}
 	}()
 	pol := g.o.Policy()
-	attrs := wal.OutcomeAttrs{Mode: string(g.o.Mode), RequestID: text(c.requestID), ReportedBy: x.ReportedBy,
-		Reporter: x.Reporter, Status: x.Response.Status}
-	attrs.ResponseBytes = int64(len(x.Response.Body))
-	sum := sha256.Sum256(x.Response.Body)
-	attrs.ResponseDigest = "sha256:" + hex.EncodeToString(sum[:])
-	if pol != nil {
-		attrs.BundleRevision = pol.Revision()
-	}
-
+	attrs := g.responseAttrs(c, x, pol)
 	d, err := g.decisionFor(ctx, x, c)
 	auditID := r.Headers[HeaderAuditID]
 	if d != nil {
@@ -171,37 +159,12 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		auditID = g.o.NewID()
 	}
 	v = Verdict{Judged: true, AuditID: auditID}
-	if err == nil && x.Response.Err != nil {
-		err = x.Response.Err
-	}
-	if err == nil && pol == nil {
-		err = errors.New("no policy bundle loaded")
-	}
 	if err == nil {
-		if rerr := g.readCall(c); rerr != nil {
-			err = fmt.Errorf("request: %w", rerr)
-		} else if d.ToolKind != "" && c.kind != d.ToolKind {
-			err = fmt.Errorf("the request names tool kind %q, its decision %q", c.kind, d.ToolKind)
-		}
+		err = g.judgeable(c, d, x, pol)
 	}
 	var clauses []wal.OutcomeClause
 	if err == nil {
-		result, isJSON := DecodeResult(x.Response.Body)
-		attrs.ResultJSON = isJSON
-		if oc, ok := pol.Clauses().(preflight.OutcomeClauses); ok {
-			for _, cr := range oc.After(c.kind, preflight.AfterCall{Args: c.argsMap, Result: result, Status: x.Response.Status}) {
-				clauses = append(clauses, wal.OutcomeClause{Kind: cr.Clause, Index: cr.Index, Expression: cr.Expression,
-					Bindings: cr.Bindings, Held: cr.Held, Strict: cr.Strict, Message: cr.Message, Reason: reasonIfFailed(cr.Held, cr.Reason)})
-			}
-		}
-		if d.PreflightID != "" {
-			limit, lerr := g.outputLimit(ctx, d.PreflightID)
-			if lerr != nil {
-				err = fmt.Errorf("read the output contract: %w", lerr)
-			} else if limit > 0 {
-				clauses = append(clauses, outputContractClause(limit, attrs.ResponseBytes))
-			}
-		}
+		clauses, err = g.afterClauses(ctx, c, d, x, pol, &attrs)
 	}
 	if clauses == nil {
 		clauses = []wal.OutcomeClause{}
@@ -219,11 +182,88 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 	if !v.Release {
 		v.Status, v.Body = http.StatusBadGateway, violationBody(&attrs, auditID, v.Violation)
 	}
-	if _, werr := g.outcomes.store.AppendOutcome(ctx, wal.OutcomeRecord{AuditID: auditID, Time: now, Attrs: attrs}); werr != nil {
-		g.o.Logger.ErrorContext(ctx, "cannot write outcome frame; refusing the response", "audit_id", auditID, "err", werr)
+	return g.recordOutcome(ctx, now, v)
+}
+
+// gatedCall is the call of a response's request when the request is one
+// the gate judges, else nil.
+func (g *Gate) gatedCall(r *Request) *call {
+	c := &call{req: r, requestID: r.Headers[HeaderRequestID]}
+	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
+	if g.undescribed(r) != nil {
+		c.gated = true
+	}
+	if !c.gated {
+		return nil
+	}
+	return c
+}
+
+// responseAttrs starts the outcome frame's attrs from the response itself.
+func (g *Gate) responseAttrs(c *call, x *Exchange, pol Policy) wal.OutcomeAttrs {
+	attrs := wal.OutcomeAttrs{Mode: string(g.o.Mode), RequestID: text(c.requestID), ReportedBy: x.ReportedBy,
+		Reporter: x.Reporter, Status: x.Response.Status}
+	attrs.ResponseBytes = int64(len(x.Response.Body))
+	sum := sha256.Sum256(x.Response.Body)
+	attrs.ResponseDigest = "sha256:" + hex.EncodeToString(sum[:])
+	if pol != nil {
+		attrs.BundleRevision = pol.Revision()
+	}
+	return attrs
+}
+
+// judgeable returns why the response cannot be judged, or nil: it arrived
+// whole, a bundle is loaded, and the request reads as the call its
+// decision allowed. It reads the call into c.
+func (g *Gate) judgeable(c *call, d *Decision, x *Exchange, pol Policy) error {
+	if x.Response.Err != nil {
+		return x.Response.Err
+	}
+	if pol == nil {
+		return errors.New("no policy bundle loaded")
+	}
+	if rerr := g.readCall(c); rerr != nil {
+		return fmt.Errorf("request: %w", rerr)
+	}
+	if d.ToolKind != "" && c.kind != d.ToolKind {
+		return fmt.Errorf("the request names tool kind %q, its decision %q", c.kind, d.ToolKind)
+	}
+	return nil
+}
+
+// afterClauses evaluates the capability's after-call clauses and the
+// preflight's output contract on the response, in that order.
+func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchange, pol Policy, attrs *wal.OutcomeAttrs) ([]wal.OutcomeClause, error) {
+	var clauses []wal.OutcomeClause
+	result, isJSON := DecodeResult(x.Response.Body)
+	attrs.ResultJSON = isJSON
+	if oc, ok := pol.Clauses().(preflight.OutcomeClauses); ok {
+		for _, cr := range oc.After(c.kind, preflight.AfterCall{Args: c.argsMap, Result: result, Status: x.Response.Status}) {
+			clauses = append(clauses, wal.OutcomeClause{Kind: cr.Clause, Index: cr.Index, Expression: cr.Expression,
+				Bindings: cr.Bindings, Held: cr.Held, Strict: cr.Strict, Message: cr.Message, Reason: reasonIfFailed(cr.Held, cr.Reason)})
+		}
+	}
+	if d.PreflightID != "" {
+		limit, err := g.outputLimit(ctx, d.PreflightID)
+		if err != nil {
+			return clauses, fmt.Errorf("read the output contract: %w", err)
+		}
+		if limit > 0 {
+			clauses = append(clauses, outputContractClause(limit, attrs.ResponseBytes))
+		}
+	}
+	return clauses, nil
+}
+
+// recordOutcome writes v's outcome frame and returns v once it is durable,
+// or the refusal of the response when it cannot be written.
+func (g *Gate) recordOutcome(ctx context.Context, now time.Time, v Verdict) Verdict {
+	attrs := &v.Attrs
+	if _, werr := g.outcomes.store.AppendOutcome(ctx, wal.OutcomeRecord{AuditID: v.AuditID, Time: now, Attrs: *attrs}); werr != nil {
+		g.o.Logger.ErrorContext(ctx, "cannot write outcome frame; refusing the response", "audit_id", v.AuditID, "err", werr)
 		return g.refuse(v)
 	}
-	g.o.Logger.InfoContext(ctx, "outcome", "audit_id", auditID, "outcome", attrs.Outcome, "reason", attrs.Reason,
+	g.o.Logger.InfoContext(ctx, "outcome", "audit_id", v.AuditID, "outcome", attrs.Outcome, "reason", attrs.Reason,
 		"enforced", attrs.Enforced, "status", attrs.Status, "tool_kind", attrs.ToolKind, "request_id", attrs.RequestID,
 		"reported_by", attrs.ReportedBy)
 	return v
