@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -79,41 +78,36 @@ func frameCases() map[string]frameCase {
 	}
 }
 
-// TestFrameAttrsMatchMarshal proves the hand-written decision attrs are the
-// bytes canon.Marshal writes for the same members as a map, and that attrs
-// it cannot write fall back to the map (so the log refuses them as before).
-func TestFrameAttrsMatchMarshal(t *testing.T) {
-	tests := frameCases()
-	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
-	for name, tc := range tests {
+// TestDecisionFrame checks what the gate puts in decision frames: attrs
+// that cannot be written fail the write (so the answer is a 503), the ids
+// SPEC §5.5 names are there even when empty, and request text that is not
+// UTF-8 is recorded with U+FFFD.
+func TestDecisionFrame(t *testing.T) {
+	for name, tc := range frameCases() {
 		t.Run(name, func(t *testing.T) {
 			g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
-			c := tc.c
-			want, wantErr := canon.Marshal(g.frameAttrsMap(&c, &tc.d))
-			in := g.frame(&c, &tc.d, time.Time{})
-			got, isCanonical := in.Attrs.(wal.CanonicalAttrs)
-			if tc.fallback {
-				if isCanonical {
-					t.Fatalf("attrs written by hand: %s", got)
-				}
-				if wantErr == nil {
-					t.Fatalf("canon.Marshal took the map the hand encoder refused")
-				}
-				return
+			got, err := wal.CanonicalAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
+			if tc.fallback != (err != nil) {
+				t.Fatalf("attrs %s, %v; want an error: %v", got, err, tc.fallback)
 			}
-			if wantErr != nil || !isCanonical {
-				t.Fatalf("canon.Marshal error %v, attrs %T", wantErr, in.Attrs)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("hand-written attrs\n%s\nwant (canon.Marshal)\n%s", got, want)
+			if err == nil && !json.Valid(got) {
+				t.Fatalf("attrs are not JSON: %s", got)
 			}
 		})
 	}
 	// docs/API.md names preflight_id and step_id for every decision frame:
 	// a deny that named no preflight still has both, empty.
+	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
+	attrs := func(c *call) []byte {
+		b, err := wal.CanonicalAttrs(New(Options{}).frame(c, &deny, time.Time{}).Attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
 	var noIDs map[string]any
-	if b, err := New(Options{}).frameAttrs(&call{req: &Request{}}, &deny); err != nil || json.Unmarshal(b, &noIDs) != nil {
-		t.Fatalf("frameAttrs = %s, %v", b, err)
+	if b := attrs(&call{req: &Request{}}); json.Unmarshal(b, &noIDs) != nil {
+		t.Fatalf("attrs = %s", b)
 	}
 	if pf, ok := noIDs["preflight_id"]; !ok || pf != "" {
 		t.Errorf("preflight_id %v (present %v), want empty", pf, ok)
@@ -121,35 +115,24 @@ func TestFrameAttrsMatchMarshal(t *testing.T) {
 	if st, ok := noIDs["step_id"]; !ok || st != "" {
 		t.Errorf("step_id %v (present %v), want empty", st, ok)
 	}
-	b, err := New(Options{}).frameAttrs(&call{req: &Request{}, identity: "user:\xfe"}, &deny)
-	if err != nil || !bytes.Contains(b, []byte("\"actor\":\"user:\uFFFD\"")) {
-		t.Fatalf("frameAttrs = %s, %v; want the actor with U+FFFD", b, err)
+	if b := attrs(&call{req: &Request{}, identity: "user:\xfe"}); !bytes.Contains(b, []byte("\"actor\":\"user:\uFFFD\"")) {
+		t.Fatalf("attrs = %s; want the actor with U+FFFD", b)
 	}
 }
 
-// BenchmarkFrameAttrs compares the hand-written decision attrs with the map
-// put through canon.Marshal, for a replay deny.
+// BenchmarkFrameAttrs measures the decision attrs of a replay deny, built
+// and written in canonical JSON.
 func BenchmarkFrameAttrs(b *testing.B) {
 	g := New(Options{Mode: ModeEnforce})
 	c := call{req: &Request{Method: "POST", Path: "/v1/tool"}, gated: true, kind: "tool.echo",
 		argsMap: map[string]any{"msg": "hi"}, requestID: "req-1", policy: revPolicy{rev: "rev-1"}}
 	d := Decision{Status: 403, Reason: "contract: preflight_replay", PreflightID: "pf_0123456789abcdef", AuditID: "aud"}
-	b.Run("hand", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			if _, err := g.frameAttrs(&c, &d); err != nil {
-				b.Fatal(err)
-			}
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := wal.CanonicalAttrs(g.frame(&c, &d, time.Time{}).Attrs); err != nil {
+			b.Fatal(err)
 		}
-	})
-	b.Run("map+canon.Marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			if _, err := canon.Marshal(g.frameAttrsMap(&c, &d)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}
 }
 
 // denyBody is the shape DenyBody writes, members in the order docs/API.md gives.
@@ -206,11 +189,7 @@ func TestDecisionAttrsGolden(t *testing.T) {
 			continue
 		}
 		g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
-		in := g.frame(&tc.c, &tc.d, time.Time{})
-		b, err := canon.Marshal(in.Attrs)
-		if c, ok := in.Attrs.(wal.CanonicalAttrs); ok {
-			b, err = c, nil
-		}
+		b, err := wal.CanonicalAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

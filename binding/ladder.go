@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -256,114 +255,42 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 		RequestID: c.requestID, CallDigest: digest, Time: now, Held: c.held}
 }
 
-// frame builds the autonomy.decision frame for d. Its attrs are written in
-// canonical JSON by hand from their fixed shape: a map put through
-// canon.Marshal costs a quarter of a deny's CPU. The bytes are the ones
-// canon.Marshal writes for frameAttrsMap (frame_test.go compares them); when
-// a member cannot be written the map goes to the log instead, so the write
-// fails exactly as it did before. The strings taken from the request
-// (headers, method, path) are recorded with each byte that is not UTF-8 as
-// U+FFFD (text): every gated request gets its frame, whatever it carries.
+// frame builds the autonomy.decision frame for d; wal.DecisionAttrs writes
+// its canonical JSON. The strings taken from the request (headers, method,
+// path) are recorded with each byte that is not UTF-8 as U+FFFD (text):
+// every gated request gets its frame, whatever it carries. Raw args that
+// cannot be written fail the write, and so the answer (503).
 func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
-	in := wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now}
-	if b, err := g.frameAttrs(c, d); err == nil {
-		in.Attrs = wal.CanonicalAttrs(b)
-	} else {
-		in.Attrs = g.frameAttrsMap(c, d)
-	}
-	return in
-}
-
-// frameAttrs writes the decision attrs in canonical JSON: the members in
-// sorted order (all names are ASCII, so byte order is RFC 8785's order),
-// the optional ones only when frameAttrsMap has them.
-func (g *Gate) frameAttrs(c *call, d *Decision) ([]byte, error) {
 	outcome, reason, enforced := d.Recorded()
-	var w canon.Writer
-	w.Grow(320 + len(reason) + len(c.identity) + len(c.requestID))
-	str := func(name, v string) {
-		w.Name(name)
-		w.String(v)
-	}
-	w.Open()
+	a := &wal.DecisionAttrs{Enforced: enforced, Method: text(c.req.Method), Mode: string(g.o.Mode), Outcome: outcome,
+		Path: text(pathOnly(c.req.Path)), PreflightID: text(d.PreflightID), Reason: reason, RequestID: text(c.requestID),
+		Status: d.Status, StepID: d.StepID, ToolKind: text(c.kind)}
 	if c.identity != "" {
-		str("actor", text(c.identity))
+		a.Actor = text(c.identity)
 	}
-	if d.AdvisoryReason != "" && !d.Allowed {
-		str("advisory_reason", d.AdvisoryReason)
+	if !d.Allowed {
+		a.AdvisoryReason = d.AdvisoryReason
 	}
 	if c.gated && c.argsMap != nil {
 		if g.o.StoreRawRequests {
-			w.Name("args")
-			w.Value(c.argsMap)
+			a.Args = c.argsMap
 		}
-		if digest, derr := c.argsDigest(); derr == nil {
-			str("args_digest", digest)
-		}
-	}
-	if c.policy != nil { // the revision that decided (see frameAttrsMap)
-		str("bundle_revision", c.policy.Revision())
-	}
-	w.Name("enforced")
-	w.Bool(enforced)
-	str("method", text(c.req.Method))
-	str("mode", string(g.o.Mode))
-	str("outcome", outcome)
-	str("path", text(pathOnly(c.req.Path)))
-	str("preflight_id", text(d.PreflightID))
-	str("reason", reason)
-	str("request_id", text(c.requestID))
-	w.Name("status")
-	w.Value(d.Status) // an HTTP status: an integer well inside float64's exact range
-	str("step_id", d.StepID)
-	str("tool_kind", text(c.kind))
-	w.Close()
-	return w.Bytes()
-}
-
-// text is s with every byte that is not UTF-8 as U+FFFD; s itself when it
-// is valid, as it nearly always is.
-func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
-
-// frameAttrsMap is the decision attrs as a map, for canon.Marshal.
-func (g *Gate) frameAttrsMap(c *call, d *Decision) map[string]any {
-	outcome, reason, enforced := d.Recorded()
-	attrs := map[string]any{
-		"outcome":    outcome,
-		"enforced":   enforced,
-		"mode":       string(g.o.Mode),
-		"reason":     reason,
-		"status":     d.Status,
-		"request_id": text(c.requestID),
-		"tool_kind":  text(c.kind),
-		"method":     text(c.req.Method),
-		"path":       text(pathOnly(c.req.Path)),
-		// Named by docs/API.md for every decision frame: empty when the
-		// request named no preflight or consumed no step.
-		"preflight_id": text(d.PreflightID),
-		"step_id":      d.StepID,
-	}
-	if d.AdvisoryReason != "" && !d.Allowed {
-		attrs["advisory_reason"] = d.AdvisoryReason
-	}
-	if c.identity != "" {
-		attrs["actor"] = text(c.identity)
-	}
-	if c.gated && c.argsMap != nil {
 		if digest, err := c.argsDigest(); err == nil {
-			attrs["args_digest"] = digest
-		}
-		if g.o.StoreRawRequests {
-			attrs["args"] = c.argsMap
+			a.ArgsDigest = digest
 		}
 	}
 	// The revision of the bundle that decided, not of whatever is loaded by
 	// now: a reload may land between the decision and this frame.
 	if c.policy != nil {
-		attrs["bundle_revision"] = c.policy.Revision()
+		rev := c.policy.Revision()
+		a.BundleRevision = &rev
 	}
-	return attrs
+	return wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now, Attrs: a}
 }
+
+// text is s with every byte that is not UTF-8 as U+FFFD; s itself when it
+// is valid, as it nearly always is.
+func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // record writes the decision frame and returns d once the frame is durable:
 // an allow, and a deny too, whose audit id the caller may look up at once

@@ -247,36 +247,11 @@ func PendingApprovalsOf(b *preflight.Binding, at time.Time) []Approval {
 // byte, the step id (the cursor of ListApprovals).
 func ApprovalKey(preflightID, stepID string) string { return string(approvalKey(preflightID, stepID)) }
 
-// approvalAttrs are the autonomy.approval frame's attrs: the step and its
-// args digest, the decision, and the approver's token name, roles and
-// subject.
-func approvalAttrs(a *Approval, in *ApprovalInput) map[string]any {
-	roles := make([]any, len(in.Roles))
-	for i, r := range in.Roles {
-		roles[i] = r
-	}
-	attrs := map[string]any{
-		"preflight_id": a.PreflightID,
-		"step_id":      a.StepID,
-		"tool_kind":    a.ToolKind,
-		"args_digest":  a.ArgsDigest,
-		"decision":     in.Decision,
-		"approver":     in.Approver,
-		"roles":        roles,
-	}
-	if in.Subject != "" {
-		attrs["subject"] = in.Subject
-	}
-	if in.Comment != "" {
-		attrs["comment"] = in.Comment
-	}
-	if a.Tenant != "" {
-		attrs["tenant"] = a.Tenant
-	}
-	if in.Replica != "" {
-		attrs["replica"] = in.Replica
-	}
-	return attrs
+// approvalAttrs are the autonomy.approval frame's attrs of in deciding a.
+func approvalAttrs(a *Approval, in *ApprovalInput) *ApprovalAttrs {
+	return &ApprovalAttrs{Approver: in.Approver, ArgsDigest: a.ArgsDigest, Comment: in.Comment, Decision: in.Decision,
+		PreflightID: a.PreflightID, Replica: in.Replica, Roles: in.Roles, StepID: a.StepID, Subject: in.Subject,
+		Tenant: a.Tenant, ToolKind: a.ToolKind}
 }
 
 // ListApprovals returns up to q.Limit approvals q.Match keeps, newest

@@ -16,28 +16,37 @@ type encodedAttrs struct {
 	packed    []byte // nil: stored as they are
 }
 
-// CanonicalAttrs is frame attrs the writer has already put in canonical
-// JSON (an object, RFC 8785): they are stored as they are, not parsed and
-// written again. The gate writes its decision attrs this way, by hand from
-// their fixed shape, on every deny.
-type CanonicalAttrs []byte
-
 // encodeAttrs returns v's canonical JSON and, for large attrs, their packed
 // form.
 func encodeAttrs(v any) (*encodedAttrs, error) {
+	if e, ok := v.(*encodedAttrs); ok {
+		return e, nil
+	}
+	b, err := CanonicalAttrs(v)
+	if err != nil {
+		return nil, err
+	}
+	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
+}
+
+// CanonicalAttrs returns the attrs bytes a frame with Attrs v carries (the
+// hash covers them): nil is {}, the typed attrs of frameattrs.go write
+// their own canonical JSON, anything else goes through canon.Marshal.
+func CanonicalAttrs(v any) ([]byte, error) {
+	var b []byte
+	var err error
 	switch t := v.(type) {
 	case nil:
-		return &encodedAttrs{canonical: []byte("{}")}, nil
-	case *encodedAttrs:
-		return t, nil
-	case CanonicalAttrs:
-		return &encodedAttrs{canonical: t, packed: packAttrs(t)}, nil
+		return []byte("{}"), nil
+	case typedAttrs:
+		b, err = canonicalOf(t, 512)
+	default:
+		b, err = canon.Marshal(v)
 	}
-	b, err := canon.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
-	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
+	return b, nil
 }
 
 // preEncode returns in with its attrs encoded.

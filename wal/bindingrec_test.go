@@ -128,9 +128,10 @@ func TestBindingRecordSmall(t *testing.T) {
 	}
 }
 
-// TestBindingOldIndexValue: a log written before the compact record holds
-// the seq alone; Binding then reads the frame.
-func TestBindingOldIndexValue(t *testing.T) {
+// TestBindingIndexValueWithoutRecord: a preflights value of the seq alone
+// (no binary ever wrote one) is a corrupt record, for Binding and for
+// Verify, never a binding read some other way.
+func TestBindingIndexValueWithoutRecord(t *testing.T) {
 	db := openTest(t, nil)
 	ctx := context.Background()
 	b := testBinding("pf_old", "tool.echo", "tool.sleep")
@@ -138,26 +139,11 @@ func TestBindingOldIndexValue(t *testing.T) {
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], f.Seq)
 	setIndex(t, db, b.PreflightID, seq[:])
-	got, err := db.Binding(ctx, b.PreflightID)
-	if err != nil {
-		t.Fatal(err)
+	if got, err := db.Binding(ctx, b.PreflightID); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("binding %+v, %v; want ErrCorrupt", got, err)
 	}
-	if want, _ := frameBinding(t, db, b.PreflightID); !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %#v\nwant %#v", got, want)
-	}
-	if d, err := db.Decision(ctx, b.PreflightID); err != nil || string(d) != `{"outcome":"pass"}` {
-		t.Fatalf("decision %s, %v", d, err)
-	}
-	// Compaction still removes the old entry with its frame.
-	res, err := db.Compact(ctx, t0.Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Preflights != 1 {
-		t.Fatalf("compaction %+v", res)
-	}
-	if _, err := db.Binding(ctx, b.PreflightID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("after compaction: %v", err)
+	if rep, err := db.Verify(ctx); err != nil || rep.OK() || rep.BadSeq != f.Seq {
+		t.Fatalf("verify %+v, %v; want the frame's seq named", rep, err)
 	}
 }
 

@@ -161,38 +161,13 @@ func (r *CompactReport) add(c *compactChunk) {
 	r.Sessions += c.sessions
 }
 
-// compactAttrs are the attrs compaction reads from an autonomy.preflight
-// frame. session_id and plan_hash are written by the preflight API; frames
-// without them never release their session's attempt count.
-type compactAttrs struct {
-	PreflightID string    `json:"preflight_id"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	SessionKey  string    `json:"session_key"`
-	SessionID   string    `json:"session_id"`
-	PlanHash    string    `json:"plan_hash"`
-}
-
-// sessionKey is the key the frame's repair session was counted under:
-// session_key as recorded, or, for frames written before it was, the
-// (session_id, plan_hash) pair those frames were counted under.
-func (a *compactAttrs) sessionKey() (string, bool) {
-	if a.SessionKey != "" {
-		return a.SessionKey, true
-	}
-	if a.SessionID == "" || a.PlanHash == "" {
-		return "", false
-	}
-	b, err := json.Marshal([2]string{a.SessionID, a.PlanHash})
-	return string(b), err == nil
-}
-
 // compactFrames removes up to limit frames from the front of the log. With
 // limit 0 it only looks: c.stop is set when the first frame must stay (or
 // the log is empty), so there is nothing to remove.
 func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error {
 	type removal struct {
 		f     Frame
-		attrs compactAttrs
+		attrs PreflightAttrs
 	}
 	var gone []removal
 	cur := tx.btx.Bucket(bucketFrames).Cursor()
@@ -207,10 +182,10 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 			c.stop, c.keptFrom = StopRetention, f.Seq
 			break
 		}
-		var a compactAttrs
+		var a PreflightAttrs
 		if f.Kind == KindPreflight {
-			if err := json.Unmarshal(f.Attrs, &a); err != nil {
-				return fmt.Errorf("%w: preflight frame %d: %v", ErrCorrupt, f.Seq, err)
+			if a, err = f.Preflight(); err != nil {
+				return err
 			}
 			if a.ExpiresAt.After(before) {
 				c.stop, c.keptFrom = StopLiveBinding, f.Seq
@@ -262,8 +237,10 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 			}
 			c.consumed += n
 		}
-		if sk, ok := g.attrs.sessionKey(); ok {
-			sessions[sk]++
+		// The key the frame's repair session was counted under: frames of
+		// preflights without a session never released an attempt count.
+		if g.attrs.SubmitAttrs != nil && g.attrs.SessionKey != "" {
+			sessions[g.attrs.SessionKey]++
 		}
 	}
 	n, err := tx.retireSessions(sessions)

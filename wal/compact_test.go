@@ -44,8 +44,8 @@ func writeCompactLog(t *testing.T, opts *Options) *compactLog {
 		b := testBinding("pf_"+name, "tool.shell")
 		b.Outcome, b.ExpiresAt = outcome, expires
 		rec := PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":"` + string(outcome) + `"}`), Time: at,
-			Attrs: map[string]any{"session_id": session, "plan_hash": "plan-1", "session_key": sessionKeyOf(session),
-				"intent_summary": "test " + name}}
+			Submit: &SubmitAttrs{SessionID: session, PlanHash: "plan-1", SessionKey: sessionKeyOf(session),
+				IntentSummary: "test " + name}}
 		rec.SessionKey = sessionKeyOf(session)
 		if idem {
 			rec.Idempotency = &IdempotencyRecord{Key: "t\x00idem-" + name, RequestDigest: "sha256:" + name, PreflightID: b.PreflightID}
@@ -327,14 +327,7 @@ func BenchmarkCompact(b *testing.B) {
 			for i := range frames / 3 {
 				bd := testBinding(fmt.Sprintf("pf_bench_%08d", i), "tool.echo")
 				bd.ExpiresAt = at.Add(5 * time.Minute)
-				f, err := tx.Append(FrameInput{Kind: KindPreflight, AuditID: bd.AuditID, Time: at,
-					Attrs: map[string]any{"preflight_id": bd.PreflightID, "outcome": "pass",
-						"expires_at": bd.ExpiresAt.Format(TimestampFormat), "decision": map[string]any{"outcome": "pass"}}})
-				if err != nil {
-					return err
-				}
-				k := seqKey(f.Seq)
-				if err := tx.btx.Bucket(bucketPreflights).Put([]byte(bd.PreflightID), k[:]); err != nil {
+				if _, err := tx.RecordPreflight(PreflightRecord{Binding: bd, Decision: json.RawMessage(`{"outcome":"pass"}`), Time: at}); err != nil {
 					return err
 				}
 				if _, err := tx.Append(FrameInput{Kind: KindConsumed, AuditID: bd.AuditID, Time: at}); err != nil {
@@ -359,27 +352,5 @@ func BenchmarkCompact(b *testing.B) {
 		b.ReportMetric(float64(rep.Transactions), "commits")
 		db.Close()
 		b.StartTimer()
-	}
-}
-
-// TestCompactSessionKeyOfAFrame: compaction retires the key a frame's
-// session was counted under: session_key as recorded, or the
-// (session_id, plan_hash) pair of frames written before it was.
-func TestCompactSessionKeyOfAFrame(t *testing.T) {
-	for name, tc := range map[string]struct {
-		attrs compactAttrs
-		want  string
-		ok    bool
-	}{
-		"recorded key":      {compactAttrs{SessionKey: `["user:a","s1","p1"]`, SessionID: "s1", PlanHash: "p1"}, `["user:a","s1","p1"]`, true},
-		"frame from before": {compactAttrs{SessionID: "s1", PlanHash: "p1"}, `["s1","p1"]`, true},
-		"no session":        {compactAttrs{PlanHash: "p1"}, "", false},
-		"no plan hash":      {compactAttrs{SessionID: "s1"}, "", false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got, ok := tc.attrs.sessionKey(); got != tc.want || ok != tc.ok {
-				t.Errorf("sessionKey() = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
-			}
-		})
 	}
 }

@@ -95,15 +95,13 @@ type consumedRecord struct {
 	RequestID string `json:"request_id"`
 	Seq       uint64 `json:"seq"`
 	At        string `json:"at"`
-	// ArgsDigest is the consuming call's ConsumeRequest.CallDigest; markers
-	// written before it was recorded have none and repeat on the request
-	// id alone.
+	// ArgsDigest is the consuming call's ConsumeRequest.CallDigest.
 	ArgsDigest string `json:"args_digest,omitempty"`
 }
 
 // repeats reports whether r repeats the call that wrote rec.
 func (rec *consumedRecord) repeats(r *ConsumeRequest) bool {
-	return rec.RequestID == r.RequestID && (rec.ArgsDigest == "" || rec.ArgsDigest == r.CallDigest)
+	return rec.RequestID == r.RequestID && rec.ArgsDigest == r.CallDigest
 }
 
 func consumedKey(preflightID string, step int) []byte {
@@ -219,10 +217,6 @@ func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
 // consumedFrame is the autonomy.preflight_consumed frame of a consume that
 // spent step res.StepIndex.
 func (r *ConsumeRequest) consumedFrame(res ConsumeResult) FrameInput {
-	attrs := map[string]any{"preflight_id": r.Binding.PreflightID, "step_id": res.StepID,
-		"tool_kind": r.Kind, "request_id": r.RequestID}
-	if r.CallDigest != "" {
-		attrs["args_digest"] = r.CallDigest
-	}
-	return FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time, Attrs: attrs}
+	return FrameInput{Kind: KindConsumed, AuditID: r.Binding.AuditID, Time: r.Time, Attrs: &ConsumedAttrs{
+		ArgsDigest: r.CallDigest, PreflightID: r.Binding.PreflightID, RequestID: r.RequestID, StepID: res.StepID, ToolKind: r.Kind}}
 }

@@ -36,8 +36,9 @@ type FrameInput struct {
 	Kind    string
 	AuditID string
 	Time    time.Time
-	// Attrs is encoded to canonical JSON. A json.RawMessage is taken as JSON
-	// text; CanonicalAttrs are taken as already canonical.
+	// Attrs is encoded to canonical JSON: the typed attrs of a frame kind
+	// (PreflightAttrs, DecisionAttrs, …) write their own; any other value
+	// goes through canon.Marshal, a json.RawMessage as JSON text.
 	Attrs any
 }
 
@@ -141,25 +142,8 @@ func (f *Frame) computeHash() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// hashMatches reports whether f.Hash is right. Frames written before attrs
-// were stored verbatim had them HTML-escaped by encoding/json (\u003c for
-// "<"), while their hash covered the canonical attrs; for those the check
-// is repeated on the canonical form of the stored attrs.
-func (f *Frame) hashMatches() bool {
-	if f.computeHash() == f.Hash {
-		return true
-	}
-	if !bytes.Contains(f.Attrs, []byte(`\u00`)) {
-		return false
-	}
-	attrs, err := canon.Marshal(json.RawMessage(f.Attrs))
-	if err != nil {
-		return false
-	}
-	g := *f
-	g.Attrs = attrs
-	return g.computeHash() == f.Hash
-}
+// hashMatches reports whether f.Hash is right.
+func (f *Frame) hashMatches() bool { return f.computeHash() == f.Hash }
 
 // encodeFrame is the stored (and exported) form of f. HTML escaping is off:
 // encoding/json would otherwise rewrite <, > and & inside the canonical

@@ -2,8 +2,6 @@ package wal
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -127,18 +125,6 @@ func (db *DB) AppendOutcome(ctx context.Context, rec OutcomeRecord) (Frame, erro
 	return db.AppendDecision(ctx, FrameInput{Kind: KindOutcome, AuditID: rec.AuditID, Time: rec.Time, Attrs: &rec.Attrs})
 }
 
-// Outcome decodes the attrs of an autonomy.outcome frame.
-func (f *Frame) Outcome() (OutcomeAttrs, error) {
-	var a OutcomeAttrs
-	if f.Kind != KindOutcome {
-		return a, fmt.Errorf("wal: frame %d is %s, not %s", f.Seq, f.Kind, KindOutcome)
-	}
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return a, fmt.Errorf("%w: frame %d: %v", ErrCorrupt, f.Seq, err)
-	}
-	return a, nil
-}
-
 // CallDecision finds the autonomy.decision frame under auditID that let
 // the gated request requestID through (an allow, or a failure advisory
 // mode did not enforce), the latest when there are several. It reports
@@ -150,13 +136,9 @@ func (db *DB) CallDecision(ctx context.Context, auditID, requestID string) (Fram
 			if f.Kind != KindDecision {
 				return true, nil
 			}
-			var a struct {
-				Enforced  bool   `json:"enforced"`
-				Outcome   string `json:"outcome"`
-				RequestID string `json:"request_id"`
-			}
-			if err := json.Unmarshal(f.Attrs, &a); err != nil {
-				return false, fmt.Errorf("%w: frame %d: %v", ErrCorrupt, f.Seq, err)
+			a, err := f.Decision()
+			if err != nil {
+				return false, err
 			}
 			if a.RequestID == requestID && (a.Outcome == "allow" || !a.Enforced) {
 				found = f

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 )
 
 // bigAttrs is attrs the size of a one-step preflight frame's.
@@ -146,52 +145,6 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestPreflightAttrsAsBefore: the preflight frame's attrs, built with the
-// canonical decision written as it is, are byte for byte the canonical JSON
-// of the attrs as given (decision as JSON text, outcome as its named type),
-// and a decision that is not JSON is refused.
-func TestPreflightAttrsAsBefore(t *testing.T) {
-	b := testBinding("pf_attrs", "tool.echo", "refund.create.v2")
-	b.Tenant = "tenant-1"
-	bad := PreflightRecord{Binding: b, Decision: json.RawMessage(`{"outcome":`), Time: t0}
-	if _, err := bad.attrs(); err == nil {
-		t.Fatal("a decision that is not JSON was taken")
-	}
-	decisions := map[string]json.RawMessage{
-		"canonical": json.RawMessage(`{"attempt":1,"eligibility":{"allowed":true},"outcome":"pass","reason":"a<b&c","x":"é"}`),
-		"none":      nil,
-	}
-	for name, decision := range decisions {
-		t.Run(name, func(t *testing.T) {
-			rec := PreflightRecord{Binding: b, Decision: decision, Time: t0,
-				Attrs: map[string]any{"attempt": 2, "dry_run": false, "request_digest": "sha256:x"}}
-			m, err := rec.attrs()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := encodeAttrs(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			old := map[string]any{"attempt": 2, "dry_run": false, "request_digest": "sha256:x",
-				"preflight_id": b.PreflightID, "outcome": b.Outcome, "actor_id": b.ActorID, "tenant": b.Tenant,
-				"expires_at": b.ExpiresAt.UTC().Format(TimestampFormat), "decision": decision}
-			steps := []any{}
-			for _, s := range b.Steps {
-				steps = append(steps, map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest})
-			}
-			old["steps"] = steps
-			want, err := encodeAttrs(old)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got.canonical, want.canonical) {
-				t.Fatalf("attrs\n got %s\nwant %s", got.canonical, want.canonical)
-			}
-		})
-	}
-}
-
 // BenchmarkPackAttrs is the DEFLATE packing of a one-step preflight's attrs.
 func BenchmarkPackAttrs(b *testing.B) {
 	raw, err := os.ReadFile("../internal/httpapi/testdata/golden/echo_pass.json")
@@ -199,12 +152,8 @@ func BenchmarkPackAttrs(b *testing.B) {
 		b.Skip(err)
 	}
 	rec := PreflightRecord{Binding: testBinding("pf_bench", "tool.echo"), Decision: raw, Time: t0,
-		Attrs: map[string]any{"attempt": 1, "dry_run": false, "request_digest": "sha256:x"}}
-	m, err := rec.attrs()
-	if err != nil {
-		b.Fatal(err)
-	}
-	attrs, err := canon.Marshal(m)
+		Submit: &SubmitAttrs{Attempt: 1, RequestDigest: "sha256:x"}}
+	attrs, err := CanonicalAttrs(rec.attrs())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight"
 )
 
@@ -23,8 +22,9 @@ type PreflightRecord struct {
 	// canonical form (internal/canon): it is stored as it is.
 	Decision json.RawMessage
 	Time     time.Time
-	// Attrs are extra frame attributes (request digest, bundle revision, …).
-	Attrs map[string]any
+	// Submit is what a preflight submitted through the API adds to the
+	// frame's attrs (nil: nothing).
+	Submit *SubmitAttrs
 	// SessionKey, when set, counts one attempt against the repair session;
 	// a repair_required Binding.Outcome opens the session's repair budget
 	// when none is open yet.
@@ -53,27 +53,10 @@ type IdempotencyRecord struct {
 	PreflightID   string `json:"preflight_id"`
 }
 
-// preflightAttrs is the attrs of an autonomy.preflight frame.
-type preflightAttrs struct {
-	PreflightID string                `json:"preflight_id"`
-	Outcome     preflight.Outcome     `json:"outcome"`
-	ActorID     string                `json:"actor_id"`
-	Tenant      string                `json:"tenant,omitempty"`
-	ExpiresAt   time.Time             `json:"expires_at"`
-	Steps       []preflight.BoundStep `json:"steps"`
-	Decision    json.RawMessage       `json:"decision"`
-	// OutputMaxBytes is written only when the envelope had one.
-	OutputMaxBytes int64 `json:"output_max_bytes,omitempty"`
-}
-
 // RecordPreflight durably writes the autonomy.preflight frame, the binding
 // index, one session attempt and the idempotency record of a decision.
 func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
-	m, err := rec.attrs()
-	if err != nil {
-		return Frame{}, err
-	}
-	attrs, err := encodeAttrs(m)
+	attrs, err := encodeAttrs(rec.attrs())
 	if err != nil {
 		return Frame{}, err
 	}
@@ -89,68 +72,19 @@ func (db *DB) RecordPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 // RecordPreflight writes what DB.RecordPreflight writes, inside tx, so that
 // a caller filling a log can put many preflights in one commit.
 func (tx *Tx) RecordPreflight(rec PreflightRecord) (Frame, error) {
-	attrs, err := rec.attrs()
-	if err != nil {
-		return Frame{}, err
-	}
-	return tx.recordPreflight(&rec, attrs)
+	return tx.recordPreflight(&rec, rec.attrs())
 }
 
-// attrs builds the autonomy.preflight frame's attrs. DB.RecordPreflight
+// attrs is the autonomy.preflight frame's attrs. DB.RecordPreflight
 // encodes them before queueing, outside the commit loop.
-func (rec *PreflightRecord) attrs() (map[string]any, error) {
+func (rec *PreflightRecord) attrs() *PreflightAttrs {
 	b := &rec.Binding
-	attrs := make(map[string]any, len(rec.Attrs)+7)
-	for k, v := range rec.Attrs {
-		attrs[k] = v
-	}
-	attrs["preflight_id"] = b.PreflightID
-	attrs["outcome"] = string(b.Outcome)
-	attrs["actor_id"] = b.ActorID
-	if b.Tenant != "" {
-		attrs["tenant"] = b.Tenant
-	}
-	attrs["expires_at"] = b.ExpiresAt.UTC().Format(TimestampFormat)
-	steps := make([]any, len(b.Steps))
-	for i, s := range b.Steps {
-		step := map[string]any{"id": s.ID, "kind": s.Kind, "args_digest": s.ArgsDigest}
-		if s.Approval != nil {
-			authorities := make([]any, len(s.Approval.Authorities))
-			for j, a := range s.Approval.Authorities {
-				authorities[j] = a
-			}
-			step["approval"] = map[string]any{"authorities": authorities,
-				"expires_at": s.Approval.ExpiresAt.UTC().Format(TimestampFormat)}
-		}
-		steps[i] = step
-	}
-	attrs["steps"] = steps
-	if rec.OutputMaxBytes > 0 {
-		attrs["output_max_bytes"] = rec.OutputMaxBytes
-	}
 	// The decision is canonical JSON already (see Decision), so it goes in
 	// as it is: parsing it only to write the same bytes again was the
 	// costliest step of recording a preflight (docs/PERFORMANCE.md).
-	attrs["decision"] = nil
-	if len(rec.Decision) > 0 {
-		if !json.Valid(rec.Decision) {
-			return nil, fmt.Errorf("wal: preflight decision is not JSON")
-		}
-		attrs["decision"] = canon.Canonical(rec.Decision)
-	}
-	// Raw JSON among the extra attrs (the stored request) is put in
-	// canonical form once here, so the map stays plain and canon writes it
-	// in one pass.
-	for k, v := range attrs {
-		if raw, ok := v.(json.RawMessage); ok {
-			b, err := canon.Marshal(raw)
-			if err != nil {
-				return nil, fmt.Errorf("wal: preflight attr %s: %w", k, err)
-			}
-			attrs[k] = canon.Canonical(b)
-		}
-	}
-	return attrs, nil
+	return &PreflightAttrs{ActorID: b.ActorID, Decision: rec.Decision, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
+		Steps: b.Steps, OutputMaxBytes: max(rec.OutputMaxBytes, 0), PreflightID: b.PreflightID, Tenant: b.Tenant,
+		SubmitAttrs: rec.Submit}
 }
 
 func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
@@ -170,7 +104,10 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 	}
 	if rec.SessionKey != "" {
 		sb := tx.btx.Bucket(bucketSessions)
-		st := decodeSession(sb.Get([]byte(rec.SessionKey)))
+		st, err := decodeSession(sb.Get([]byte(rec.SessionKey)))
+		if err != nil {
+			return Frame{}, err
+		}
 		if rec.SessionAttempt > 0 && st.Attempts != rec.SessionAttempt-1 {
 			return Frame{}, ErrConflict
 		}
@@ -223,18 +160,16 @@ type Session struct {
 }
 
 // decodeSession reads a sessions value: the attempts (4-byte BE) and the
-// attempt of the first repair_required (4-byte BE, 0 for none). A value of
-// the attempts alone was written before the second field existed, when
-// every session's budget counted from its first attempt, and reads so.
-func decodeSession(v []byte) Session {
-	s := Session{Attempts: int(sessionCount(v))}
-	switch {
-	case len(v) >= 8:
-		s.RepairFrom = int(binary.BigEndian.Uint32(v[4:8]))
-	case s.Attempts > 0:
-		s.RepairFrom = 1
+// attempt of the first repair_required (4-byte BE, 0 for none); no value
+// is a session not seen yet.
+func decodeSession(v []byte) (Session, error) {
+	switch len(v) {
+	case 0:
+		return Session{}, nil
+	case 8:
+		return Session{Attempts: int(binary.BigEndian.Uint32(v[:4])), RepairFrom: int(binary.BigEndian.Uint32(v[4:]))}, nil
 	}
-	return s
+	return Session{}, fmt.Errorf("%w: a sessions value of %d bytes", ErrCorrupt, len(v))
 }
 
 func (s Session) encode() []byte {
@@ -246,8 +181,7 @@ func (s Session) encode() []byte {
 
 // Binding returns the recorded binding of a preflight id. It reads the
 // compact record in the preflights index, not the frame; Decision returns
-// the decision's JSON. Only a binding written before the compact record
-// existed (an index value of the seq alone) is read from its frame.
+// the decision's JSON.
 //
 // Before the record is trusted it is compared with the frame it names, and
 // that frame's hash with its contents and with the next frame's prev_hash
@@ -312,34 +246,25 @@ func (tx *Tx) recordedHead() chainPoint {
 
 // recordDiffers reports whether binding rec, read from a preflights
 // record, says anything its autonomy.preflight frame f (attrs a) does not.
-func recordDiffers(rec *preflight.Binding, a preflightAttrs, f Frame) bool {
+func recordDiffers(rec *preflight.Binding, a PreflightAttrs, f Frame) bool {
 	return f.Kind != KindPreflight || a.PreflightID != rec.PreflightID || f.AuditID != rec.AuditID ||
 		a.Outcome != rec.Outcome || a.ActorID != rec.ActorID || a.Tenant != rec.Tenant ||
 		!a.ExpiresAt.Equal(rec.ExpiresAt) || !slices.EqualFunc(a.Steps, rec.Steps, sameStep)
 }
 
-// binding reads the binding of a preflight still recorded: its compact
-// record or, for an older index entry, its frame; ErrNotFound once
-// compaction removed it (or it never was).
+// binding reads the compact record of a preflight still recorded;
+// ErrNotFound once compaction removed it (or it never was).
 func (tx *Tx) binding(preflightID string) (preflight.Binding, error) {
 	v := tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID))
 	seq, ok := indexSeq(v)
 	if !ok {
 		return preflight.Binding{}, ErrNotFound
 	}
-	if len(v) > 8 {
-		rec, err := decodeBindingRecord(preflightID, v[8:])
-		if err != nil {
-			return preflight.Binding{}, fmt.Errorf("%w: binding of frame %d: %v", ErrCorrupt, seq, err)
-		}
-		return rec, nil
-	}
-	a, f, err := tx.preflightFrame(seq)
+	rec, err := decodeBindingRecord(preflightID, v[8:])
 	if err != nil {
-		return preflight.Binding{}, err
+		return preflight.Binding{}, fmt.Errorf("%w: binding of frame %d: %v", ErrCorrupt, seq, err)
 	}
-	return preflight.Binding{PreflightID: a.PreflightID, AuditID: f.AuditID, Outcome: a.Outcome,
-		ActorID: a.ActorID, Tenant: a.Tenant, ExpiresAt: a.ExpiresAt, Steps: a.Steps}, nil
+	return rec, nil
 }
 
 // Decision returns the decision JSON of a preflight id exactly as it was
@@ -375,20 +300,17 @@ func (db *DB) OutputMaxBytes(ctx context.Context, preflightID string) (int64, er
 }
 
 // preflightFrame reads and decodes the autonomy.preflight frame at seq.
-func (tx *Tx) preflightFrame(seq uint64) (preflightAttrs, Frame, error) {
-	var a preflightAttrs
+func (tx *Tx) preflightFrame(seq uint64) (PreflightAttrs, Frame, error) {
 	f, err := tx.Frame(seq)
 	if errors.Is(err, ErrNotFound) {
 		// The index names it, and compaction removes both together.
-		return a, f, fmt.Errorf("%w: preflight frame %d is indexed but missing", ErrCorrupt, seq)
+		return PreflightAttrs{}, f, fmt.Errorf("%w: preflight frame %d is indexed but missing", ErrCorrupt, seq)
 	}
 	if err != nil {
-		return a, f, err
+		return PreflightAttrs{}, f, err
 	}
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return a, f, fmt.Errorf("%w: preflight frame %d: %v", ErrCorrupt, f.Seq, err)
-	}
-	return a, f, nil
+	a, err := f.Preflight()
+	return a, f, err
 }
 
 // Session returns what the log knows of a repair session; a session it has
@@ -399,8 +321,9 @@ func (db *DB) Session(ctx context.Context, key string) (Session, error) {
 	}
 	var s Session
 	err := db.View(func(tx *Tx) error {
-		s = decodeSession(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
-		return nil
+		var err error
+		s, err = decodeSession(tx.btx.Bucket(bucketSessions).Get([]byte(key)))
+		return err
 	})
 	return s, err
 }
@@ -433,11 +356,9 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 			if f.Kind != KindPreflight {
 				return true, nil
 			}
-			var a struct {
-				Outcome preflight.Outcome `json:"outcome"`
-			}
-			if err := json.Unmarshal(f.Attrs, &a); err != nil {
-				return false, fmt.Errorf("%w: frame %d: %v", ErrCorrupt, f.Seq, err)
+			a, err := f.Preflight()
+			if err != nil {
+				return false, err
 			}
 			found, passed = true, a.Outcome == preflight.OutcomePass
 			return false, nil

@@ -14,9 +14,9 @@ func TestFramesNameTheirReplica(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	for name, attrs := range map[string]any{
-		"map":       map[string]any{"outcome": "allow", "z": 1},
-		"canonical": CanonicalAttrs(`{"outcome":"deny"}`),
-		"own name":  map[string]any{"replica": "replica-b"},
+		"map":      map[string]any{"outcome": "allow", "z": 1},
+		"typed":    &DecisionAttrs{Outcome: "deny"},
+		"own name": map[string]any{"replica": "replica-b"},
 	} {
 		f, err := db.AppendDecision(ctx, FrameInput{Kind: KindDecision, AuditID: "au_replica_" + name, Time: time.Now(), Attrs: attrs})
 		if err != nil {

@@ -9,11 +9,7 @@ import "context"
 // AppendPreflight durably appends the autonomy.preflight frame of rec and
 // nothing else: no binding index, session count or idempotency record.
 func (db *DB) AppendPreflight(ctx context.Context, rec PreflightRecord) (Frame, error) {
-	m, err := rec.attrs()
-	if err != nil {
-		return Frame{}, err
-	}
-	return db.AppendDecision(ctx, FrameInput{Kind: KindPreflight, AuditID: rec.Binding.AuditID, Time: rec.Time, Attrs: m})
+	return db.AppendDecision(ctx, FrameInput{Kind: KindPreflight, AuditID: rec.Binding.AuditID, Time: rec.Time, Attrs: rec.attrs()})
 }
 
 // AppendConsume durably appends, in one commit, the frames of a consume

@@ -113,7 +113,7 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			rep.BadSeq, rep.Problem = prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, prev.Seq)
 			return nil
 		}
-		if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), bindingsOK, compactRecord); err != nil {
+		if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), bindingsOK); err != nil {
 			return err
 		} else if !all {
 			if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
@@ -123,7 +123,7 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		if err := tx.verifyAuditIndex(ctx, indexed, &rep); err != nil || !rep.OK() {
 			return err
 		}
-		if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), markersOK, nil); err != nil || all {
+		if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), markersOK); err != nil || all {
 			return err
 		}
 		return tx.verifyMarkers(ctx, &rep)
@@ -141,31 +141,17 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 // (verifyBindings, verifyMarkers), reading each one's frame again, which
 // names the first entry that is wrong in the index's own order.
 
-// compactRecord reports whether a preflights index value is a compact
-// binding record; verifyBindings checks only those (an older entry holds
-// the seq alone, and Binding reads the frame itself).
-func compactRecord(v []byte) bool { return len(v) > 8 }
-
-// allMatched reports whether bucket b holds exactly matched entries (of
-// those counted, when counted is not nil), and no malformed preflights
-// index entry.
-func allMatched(ctx context.Context, b *bolt.Bucket, matched int, counted func(v []byte) bool) (bool, error) {
+// allMatched reports whether bucket b holds exactly matched entries. An
+// entry that agreed with no frame (a malformed one included) leaves the
+// count short, and the entry-by-entry walk then names it.
+func allMatched(ctx context.Context, b *bolt.Bucket, matched int) (bool, error) {
 	n := 0
 	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		if counted == nil {
-			n++
-			continue
-		}
-		if _, ok := indexSeq(v); !ok {
-			return false, nil
-		}
-		if counted(v) {
-			n++
-		}
+		n++
 	}
 	return n == matched, nil
 }
@@ -175,17 +161,17 @@ func allMatched(ctx context.Context, b *bolt.Bucket, matched int, counted func(v
 // check of that record).
 func (tx *Tx) bindingAgrees(f Frame) bool {
 	var w struct {
-		preflightAttrs
+		PreflightAttrs
 		// The decision, the bulk of the frame, is not in the record: it
 		// is skipped rather than copied.
 		Decision struct{} `json:"decision"`
 	}
-	a := &w.preflightAttrs
+	a := &w.PreflightAttrs
 	if json.Unmarshal(f.Attrs, &w) != nil || a.PreflightID == "" {
 		return false
 	}
 	v := tx.btx.Bucket(bucketPreflights).Get([]byte(a.PreflightID))
-	if seq, ok := indexSeq(v); !ok || seq != f.Seq || !compactRecord(v) {
+	if seq, ok := indexSeq(v); !ok || seq != f.Seq {
 		return false
 	}
 	rec, err := decodeBindingRecord(a.PreflightID, v[8:])
@@ -252,16 +238,9 @@ func hasKey(b *bolt.Bucket, k []byte) bool {
 	return bytes.Equal(got, k)
 }
 
-type consumedAttrs struct {
-	PreflightID string `json:"preflight_id"`
-	StepID      string `json:"step_id"`
-	RequestID   string `json:"request_id"`
-	ArgsDigest  string `json:"args_digest"`
-}
-
 // names reports whether marker m is the one consumed frame a wrote (seq
 // aside): the same request and args digest.
-func (a *consumedAttrs) names(m *consumedRecord) bool {
+func (a *ConsumedAttrs) names(m *consumedRecord) bool {
 	return a.RequestID == m.RequestID && a.ArgsDigest == m.ArgsDigest
 }
 
@@ -277,8 +256,8 @@ func (a *consumedAttrs) names(m *consumedRecord) bool {
 // frame f, "" when nothing is or its preflight is no longer recorded;
 // matched reports that the marker was found and names f.
 func (tx *Tx) checkConsumedFrame(f Frame) (problem string, matched bool) {
-	var a consumedAttrs
-	if err := json.Unmarshal(f.Attrs, &a); err != nil || a.PreflightID == "" {
+	a, err := f.Consumed()
+	if err != nil || a.PreflightID == "" {
 		return fmt.Sprintf("consumed frame attrs do not name a preflight: %s", f.Attrs), false
 	}
 	b, err := tx.binding(a.PreflightID)
@@ -333,8 +312,8 @@ func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 		if err != nil {
 			return bad("names no frame in the log")
 		}
-		var a consumedAttrs
-		if f.Kind != KindConsumed || json.Unmarshal(f.Attrs, &a) != nil || a.PreflightID != id || !a.names(&m) {
+		a, err := f.Consumed()
+		if err != nil || a.PreflightID != id || !a.names(&m) {
 			return bad("differs from the frame it names")
 		}
 		b, err := tx.binding(id)
@@ -362,9 +341,6 @@ func (tx *Tx) verifyBindings(ctx context.Context, rep *VerifyReport) error {
 		if !ok {
 			rep.Problem = fmt.Sprintf("preflights index entry %q is malformed", k)
 			return nil
-		}
-		if len(v) == 8 {
-			continue // written before compact records: Binding reads the frame itself
 		}
 		bad := func(problem string) error {
 			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("binding index of %s: %s", k, problem)

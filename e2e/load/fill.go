@@ -136,10 +136,10 @@ func fillWAL(ctx context.Context, dir string, frames, live int) (_ []string, err
 				res, err := tx.Consume(wal.ConsumeRequest{Binding: b, Kind: "tool.echo", RequestID: "fill-" + b.PreflightID, Time: now,
 					Decision: func(wal.ConsumeResult) wal.FrameInput {
 						return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: now,
-							Attrs: map[string]any{"outcome": "allow", "enforced": true, "mode": "enforce",
-								"reason": preflight.ReasonPassed, "status": 200, "request_id": "fill-" + b.PreflightID,
-								"tool_kind": "tool.echo", "method": "POST", "path": "/v1/tool", "preflight_id": b.PreflightID,
-								"step_id": "s1", "args_digest": b.Steps[0].ArgsDigest, "bundle_revision": tpl.revision}}
+							Attrs: &wal.DecisionAttrs{Outcome: "allow", Enforced: true, Mode: "enforce",
+								Reason: preflight.ReasonPassed, Status: 200, RequestID: "fill-" + b.PreflightID,
+								ToolKind: "tool.echo", Method: "POST", Path: "/v1/tool", PreflightID: b.PreflightID,
+								StepID: "s1", ArgsDigest: b.Steps[0].ArgsDigest, BundleRevision: &tpl.revision}}
 					}})
 				if err != nil {
 					return err

@@ -81,25 +81,25 @@ func newFixture(t *testing.T) *fixture {
 			Tenant: tenant, ExpiresAt: t0.Add(5 * time.Minute),
 			Steps: []preflight.BoundStep{{ID: "s1", Kind: "tool.echo", ArgsDigest: "sha256:x"}}}
 		if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: raw, Time: t0,
-			Attrs: map[string]any{"intent_summary": intent, "plan_hash": "plan-882-v1", "session_id": "session:001",
-				"attempt": 1, "reason": d.Reason, "bundle_revision": "rev-0123456789abcdef0123456789"}}); err != nil {
+			Submit: &wal.SubmitAttrs{IntentSummary: intent, PlanHash: "plan-882-v1", SessionID: "session:001",
+				Attempt: 1, Reason: d.Reason, BundleRevision: "rev-0123456789abcdef0123456789"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	decision := func(auditID string, at time.Duration, attrs map[string]any) {
+	decision := func(auditID string, at time.Duration, attrs *wal.DecisionAttrs) {
 		if _, err := db.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: auditID, Time: t0.Add(at), Attrs: attrs}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	record(auditPage, "pf_page_fixture_0001", "Refund case 882", "acme", decisionWithAdvisory())
-	decision(auditPage, 2*time.Second, map[string]any{"outcome": "allow", "enforced": true, "mode": "advisory",
-		"reason": preflight.ReasonPassed, "status": 200, "tool_kind": "tool.echo", "step_id": "s1", "request_id": "req-1",
-		"method": "POST", "path": "/v1/tool", "preflight_id": "pf_page_fixture_0001"})
-	decision(auditPage, 3500*time.Millisecond, map[string]any{"outcome": "deny", "enforced": false, "mode": "advisory",
-		"reason": preflight.ReasonReplay, "status": 200, "tool_kind": "tool.echo", "request_id": "req-2",
-		"method": "POST", "path": "/v1/tool", "preflight_id": "pf_page_fixture_0001"})
-	decision(auditUnbound, time.Minute, map[string]any{"outcome": "allow", "enforced": true, "mode": "advisory",
-		"reason": "policy: allowed", "status": 200, "tool_kind": "tool.sleep", "request_id": "req-3"})
+	decision(auditPage, 2*time.Second, &wal.DecisionAttrs{Outcome: "allow", Enforced: true, Mode: "advisory",
+		Reason: preflight.ReasonPassed, Status: 200, ToolKind: "tool.echo", StepID: "s1", RequestID: "req-1",
+		Method: "POST", Path: "/v1/tool", PreflightID: "pf_page_fixture_0001"})
+	decision(auditPage, 3500*time.Millisecond, &wal.DecisionAttrs{Outcome: "deny", Enforced: false, Mode: "advisory",
+		Reason: preflight.ReasonReplay, Status: 200, ToolKind: "tool.echo", RequestID: "req-2",
+		Method: "POST", Path: "/v1/tool", PreflightID: "pf_page_fixture_0001"})
+	decision(auditUnbound, time.Minute, &wal.DecisionAttrs{Outcome: "allow", Enforced: true, Mode: "advisory",
+		Reason: "policy: allowed", Status: 200, ToolKind: "tool.sleep", RequestID: "req-3"})
 	hostile := decisionWithAdvisory()
 	hostile.AuditID = auditHostile
 	record(auditHostile, "pf_hostile_text_0001", `<script>alert("x")</script><b onmouseover=1>bold</b>`, "", hostile)

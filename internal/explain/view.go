@@ -139,37 +139,6 @@ func (e Event) Class() string {
 	return e.Outcome + " not-enforced"
 }
 
-// preflightAttrs are the attrs of an autonomy.preflight frame the page reads.
-type preflightAttrs struct {
-	PreflightID    string          `json:"preflight_id"`
-	Outcome        string          `json:"outcome"`
-	Reason         string          `json:"reason"`
-	ActorID        string          `json:"actor_id"`
-	Tenant         string          `json:"tenant"`
-	ExpiresAt      string          `json:"expires_at"`
-	Attempt        int             `json:"attempt"`
-	IntentSummary  string          `json:"intent_summary"`
-	PlanHash       string          `json:"plan_hash"`
-	SessionID      string          `json:"session_id"`
-	BundleRevision string          `json:"bundle_revision"`
-	Decision       json.RawMessage `json:"decision"`
-}
-
-// decisionAttrs are the attrs of an autonomy.decision frame the page reads.
-type decisionAttrs struct {
-	Outcome        string `json:"outcome"`
-	Reason         string `json:"reason"`
-	Enforced       *bool  `json:"enforced"`
-	Mode           string `json:"mode"`
-	Status         int    `json:"status"`
-	ToolKind       string `json:"tool_kind"`
-	StepID         string `json:"step_id"`
-	RequestID      string `json:"request_id"`
-	AdvisoryReason string `json:"advisory_reason"`
-	Method         string `json:"method"`
-	Path           string `json:"path"`
-}
-
 // BuildPage turns an audit join (wal.DB.AuditFrames) into the page model.
 func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 	p := &Page{AuditID: auditID}
@@ -220,13 +189,16 @@ func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 }
 
 func preflightView(f *wal.Frame) (*PreflightView, error) {
-	var a preflightAttrs
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return nil, fmt.Errorf("explain: preflight frame %d: %w", f.Seq, err)
+	a, err := f.Preflight()
+	if err != nil {
+		return nil, fmt.Errorf("explain: %w", err)
 	}
-	pv := &PreflightView{Seq: f.Seq, Time: f.Timestamp, PreflightID: a.PreflightID, Intent: a.IntentSummary,
-		PlanHash: a.PlanHash, SessionID: a.SessionID, ActorID: a.ActorID, Tenant: a.Tenant, Outcome: a.Outcome,
-		Reason: a.Reason, Attempt: a.Attempt, ExpiresAt: a.ExpiresAt, BundleRevision: a.BundleRevision}
+	pv := &PreflightView{Seq: f.Seq, Time: f.Timestamp, PreflightID: a.PreflightID, ActorID: a.ActorID, Tenant: a.Tenant,
+		Outcome: string(a.Outcome), ExpiresAt: a.ExpiresAt.UTC().Format(wal.TimestampFormat)}
+	if s := a.SubmitAttrs; s != nil {
+		pv.Intent, pv.PlanHash, pv.SessionID, pv.Reason, pv.Attempt, pv.BundleRevision =
+			s.IntentSummary, s.PlanHash, s.SessionID, s.Reason, s.Attempt, s.BundleRevision
+	}
 	if len(a.Decision) == 0 {
 		return pv, nil
 	}
@@ -294,33 +266,19 @@ func row(r preflight.Result) Row {
 }
 
 func event(f *wal.Frame) (Event, error) {
-	var a decisionAttrs
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return Event{}, fmt.Errorf("explain: decision frame %d: %w", f.Seq, err)
+	a, err := f.Decision()
+	if err != nil {
+		return Event{}, fmt.Errorf("explain: %w", err)
 	}
-	ev := Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, RequestID: a.RequestID,
-		Outcome: a.Outcome, Reason: a.Reason, Mode: a.Mode, Status: a.Status, Enforced: true,
-		Advisory: a.AdvisoryReason, Method: a.Method, Path: a.Path}
-	if a.Enforced != nil {
-		ev.Enforced = *a.Enforced
-	}
-	return ev, nil
-}
-
-// approvalAttrs are the attrs of an autonomy.approval frame the page reads.
-type approvalAttrs struct {
-	StepID   string   `json:"step_id"`
-	ToolKind string   `json:"tool_kind"`
-	Decision string   `json:"decision"`
-	Approver string   `json:"approver"`
-	Roles    []string `json:"roles"`
-	Comment  string   `json:"comment"`
+	return Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, RequestID: a.RequestID,
+		Outcome: a.Outcome, Reason: a.Reason, Mode: a.Mode, Status: a.Status, Enforced: a.Enforced,
+		Advisory: a.AdvisoryReason, Method: a.Method, Path: a.Path}, nil
 }
 
 func approvalEvent(f *wal.Frame) (Event, error) {
-	var a approvalAttrs
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return Event{}, fmt.Errorf("explain: approval frame %d: %w", f.Seq, err)
+	a, err := f.Approval()
+	if err != nil {
+		return Event{}, fmt.Errorf("explain: %w", err)
 	}
 	return Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, Enforced: true,
 		Approval: &ApprovalEvent{Decision: a.Decision, Approver: a.Approver, Roles: a.Roles, Comment: a.Comment}}, nil
@@ -329,18 +287,13 @@ func approvalEvent(f *wal.Frame) (Event, error) {
 // approvalSteps lists the step ids of a preflight frame that wait for an
 // approval.
 func approvalSteps(f *wal.Frame) []string {
-	var a struct {
-		Steps []struct {
-			ID       string          `json:"id"`
-			Approval json.RawMessage `json:"approval"`
-		} `json:"steps"`
-	}
-	if json.Unmarshal(f.Attrs, &a) != nil {
+	a, err := f.Preflight()
+	if err != nil {
 		return nil
 	}
 	var ids []string
 	for _, s := range a.Steps {
-		if len(s.Approval) > 0 && string(s.Approval) != "null" {
+		if s.Approval != nil {
 			ids = append(ids, s.ID)
 		}
 	}

@@ -339,23 +339,16 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if in.env != nil {
 		b.Tenant = in.env.TenantIDRef
 	}
-	attrs := map[string]any{"request_digest": in.digest, "attempt": d.Attempt, "reason": d.Reason,
-		"bundle_revision": in.revision, "dry_run": false}
 	// The explain page shows the intent; compaction finds a repair
 	// session's attempt count under session_key, the key it was counted
 	// under.
-	attrs["intent_summary"] = in.req.Intent.Summary
-	if in.req.Intent.PlanHash != "" {
-		attrs["plan_hash"] = in.req.Intent.PlanHash
-	}
-	if in.req.Context.Actor.SessionID != "" {
-		attrs["session_id"] = in.req.Context.Actor.SessionID
-	}
+	attrs := &wal.SubmitAttrs{Attempt: d.Attempt, BundleRevision: in.revision, IntentSummary: in.req.Intent.Summary,
+		PlanHash: in.req.Intent.PlanHash, Reason: d.Reason, RequestDigest: in.digest, SessionID: in.req.Context.Actor.SessionID}
 	if in.hasSession {
-		attrs["session_key"] = in.sessionKey
+		attrs.SessionKey = in.sessionKey
 	}
 	if s.o.StoreRawRequests {
-		attrs["request"] = json.RawMessage(in.body)
+		attrs.Request = in.body
 	}
 	if in.idem != nil {
 		in.idem.PreflightID = d.PreflightID
@@ -364,7 +357,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if err != nil {
 		at = now
 	}
-	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Attrs: attrs, Idempotency: in.idem,
+	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Submit: attrs, Idempotency: in.idem,
 		IdempotencyReplaces: in.stale}
 	if in.hasSession {
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt

@@ -351,7 +351,7 @@ func decisionFrameEveryCase(t *testing.T, open Opener) {
 				seen = append(seen, r.Status)
 				mu.Unlock()
 				return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: time.Now(),
-					Attrs: map[string]any{"outcome": r.Status.String()}}
+					Attrs: &wal.DecisionAttrs{Outcome: r.Status.String()}}
 			}})
 		if err != nil || res.Status != want {
 			t.Fatalf("consume %d: %+v, %v; want %v", i, res, err, want)
