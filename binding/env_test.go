@@ -249,34 +249,20 @@ func withID(preflightID, requestID string) map[string]string {
 	return map[string]string{binding.HeaderPreflightID: preflightID, binding.HeaderRequestID: requestID}
 }
 
-// decisionAttrs is an autonomy.decision frame's attrs as the tests read them.
-type decisionAttrs struct {
-	Outcome        string `json:"outcome"`
-	Enforced       *bool  `json:"enforced"`
-	Mode           string `json:"mode"`
-	Reason         string `json:"reason"`
-	Status         int    `json:"status"`
-	PreflightID    string `json:"preflight_id"`
-	ToolKind       string `json:"tool_kind"`
-	StepID         string `json:"step_id"`
-	RequestID      string `json:"request_id"`
-	AdvisoryReason string `json:"advisory_reason"`
-}
-
 // decisionFrames reads the autonomy.decision frames under auditID.
-func (e *env) decisionFrames(auditID string) []decisionAttrs {
+func (e *env) decisionFrames(auditID string) []wal.DecisionAttrs {
 	e.t.Helper()
 	frames, err := e.db.AuditFrames(context.Background(), auditID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []decisionAttrs
+	var out []wal.DecisionAttrs
 	for _, f := range frames {
 		if f.Kind != wal.KindDecision {
 			continue
 		}
-		var a decisionAttrs
-		if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		a, err := f.Decision()
+		if err != nil {
 			e.t.Fatal(err)
 		}
 		out = append(out, a)

@@ -86,7 +86,7 @@ func TestDecisionFrame(t *testing.T) {
 	for name, tc := range frameCases() {
 		t.Run(name, func(t *testing.T) {
 			g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
-			got, err := wal.CanonicalAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
+			got, err := wal.EncodeAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
 			if tc.fallback != (err != nil) {
 				t.Fatalf("attrs %s, %v; want an error: %v", got, err, tc.fallback)
 			}
@@ -99,7 +99,7 @@ func TestDecisionFrame(t *testing.T) {
 	// a deny that named no preflight still has both, empty.
 	deny := Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay", AuditID: "aud"}
 	attrs := func(c *call) []byte {
-		b, err := wal.CanonicalAttrs(New(Options{}).frame(c, &deny, time.Time{}).Attrs)
+		b, err := wal.EncodeAttrs(New(Options{}).frame(c, &deny, time.Time{}).Attrs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func BenchmarkFrameAttrs(b *testing.B) {
 	d := Decision{Status: 403, Reason: "contract: preflight_replay", PreflightID: "pf_0123456789abcdef", AuditID: "aud"}
 	b.ReportAllocs()
 	for range b.N {
-		if _, err := wal.CanonicalAttrs(g.frame(&c, &d, time.Time{}).Attrs); err != nil {
+		if _, err := wal.EncodeAttrs(g.frame(&c, &d, time.Time{}).Attrs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestDecisionAttrsGolden(t *testing.T) {
 			continue
 		}
 		g := New(Options{Mode: ModeEnforce, StoreRawRequests: tc.raw})
-		b, err := wal.CanonicalAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
+		b, err := wal.EncodeAttrs(g.frame(&tc.c, &tc.d, time.Time{}).Attrs)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -394,6 +394,7 @@ type call struct {
 	hasHeader bool
 	bound     *entry
 	policy    Policy // the bundle this call is decided under, for its revision
+	revision  string // policy's revision once a frame records it (frame)
 	contract  string // first contract failure reason
 	status    int    // 503 when the ladder could not decide
 	errDetail error

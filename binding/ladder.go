@@ -255,14 +255,15 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 		RequestID: c.requestID, CallDigest: digest, Time: now, Held: c.held}
 }
 
-// frame builds the autonomy.decision frame for d; wal.DecisionAttrs writes
-// its canonical JSON. The strings taken from the request (headers, method,
-// path) are recorded with each byte that is not UTF-8 as U+FFFD (text):
-// every gated request gets its frame, whatever it carries. Raw args that
-// cannot be written fail the write, and so the answer (503).
+// frame builds the autonomy.decision frame for d, its attrs in canonical
+// JSON (wal.DecisionAttrs). The strings taken from the request (headers,
+// method, path) are recorded with each byte that is not UTF-8 as U+FFFD
+// (text): every gated request gets its frame, whatever it carries. Raw
+// args that cannot be written go to the log as the error, which refuses
+// it: the write fails, and so the answer (503).
 func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	outcome, reason, enforced := d.Recorded()
-	a := &wal.DecisionAttrs{Enforced: enforced, Method: text(c.req.Method), Mode: string(g.o.Mode), Outcome: outcome,
+	a := wal.DecisionAttrs{Enforced: enforced, Method: text(c.req.Method), Mode: string(g.o.Mode), Outcome: outcome,
 		Path: text(pathOnly(c.req.Path)), PreflightID: text(d.PreflightID), Reason: reason, RequestID: text(c.requestID),
 		Status: d.Status, StepID: d.StepID, ToolKind: text(c.kind)}
 	if c.identity != "" {
@@ -282,10 +283,16 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	// The revision of the bundle that decided, not of whatever is loaded by
 	// now: a reload may land between the decision and this frame.
 	if c.policy != nil {
-		rev := c.policy.Revision()
-		a.BundleRevision = &rev
+		c.revision = c.policy.Revision() // kept in the call: no string of its own on the heap
+		a.BundleRevision = &c.revision
 	}
-	return wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now, Attrs: a}
+	in := wal.FrameInput{Kind: wal.KindDecision, AuditID: d.AuditID, Time: now}
+	if b, err := a.Canonical(); err != nil {
+		in.Attrs = err
+	} else {
+		in.Attrs = b
+	}
+	return in
 }
 
 // text is s with every byte that is not UTF-8 as U+FFFD; s itself when it

@@ -444,7 +444,7 @@ func TestLadder(t *testing.T) {
 					t.Fatalf("%d decision frames under %s, want 1", len(frames), d.AuditID)
 				}
 				f := frames[0]
-				if f.Outcome != want.frameOutcome || f.Enforced == nil || *f.Enforced != want.frameEnforced ||
+				if f.Outcome != want.frameOutcome || f.Enforced != want.frameEnforced ||
 					f.Reason != want.frameReason || f.Mode != string(mode) || f.Status != want.status ||
 					f.PreflightID != wantPF || f.ToolKind != r.kind || f.StepID != want.stepID || f.RequestID != "req-1" {
 					t.Fatalf("decision frame %+v, want %+v", f, want)

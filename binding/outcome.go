@@ -334,15 +334,9 @@ func (g *Gate) decisionFor(ctx context.Context, x *Exchange, c *call) (*Decision
 	if err != nil {
 		return nil, err
 	}
-	var a struct {
-		PreflightID string `json:"preflight_id"`
-		StepID      string `json:"step_id"`
-		ToolKind    string `json:"tool_kind"`
-		Mode        string `json:"mode"`
-		ArgsDigest  string `json:"args_digest"`
-	}
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
-		return nil, fmt.Errorf("%w: decision frame %d: %v", wal.ErrCorrupt, f.Seq, err)
+	a, err := f.Decision()
+	if err != nil {
+		return nil, err
 	}
 	return &Decision{Allowed: true, Gated: true, AuditID: auditID, Mode: Mode(a.Mode), PreflightID: a.PreflightID,
 		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: c.requestID, argsDigest: a.ArgsDigest}, nil

@@ -42,7 +42,7 @@ func TestPolicyDecidesInEveryMode(t *testing.T) {
 					t.Fatalf("deny body %s", d.DenyBody())
 				}
 				frames := e.decisionFrames(d.AuditID)
-				if len(frames) != 1 || frames[0].Outcome != "deny" || !*frames[0].Enforced ||
+				if len(frames) != 1 || frames[0].Outcome != "deny" || !frames[0].Enforced ||
 					frames[0].Reason != tc.reason || frames[0].Status != tc.status || frames[0].ToolKind != tc.kind {
 					t.Fatalf("decision frames %+v", frames)
 				}

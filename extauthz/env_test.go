@@ -104,26 +104,18 @@ func (e *env) record(kind string, args map[string]any) preflight.Binding {
 	return b
 }
 
-type frameAttrs struct {
-	Outcome   string `json:"outcome"`
-	Reason    string `json:"reason"`
-	Status    int    `json:"status"`
-	RequestID string `json:"request_id"`
-	StepID    string `json:"step_id"`
-}
-
 // decisionFrames reads the autonomy.decision frames under auditID.
-func (e *env) decisionFrames(auditID string) []frameAttrs {
+func (e *env) decisionFrames(auditID string) []wal.DecisionAttrs {
 	e.t.Helper()
 	frames, err := e.db.AuditFrames(context.Background(), auditID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []frameAttrs
+	var out []wal.DecisionAttrs
 	for _, f := range frames {
 		if f.Kind == wal.KindDecision {
-			var a frameAttrs
-			if err := json.Unmarshal(f.Attrs, &a); err != nil {
+			a, err := f.Decision()
+			if err != nil {
 				e.t.Fatal(err)
 			}
 			out = append(out, a)

@@ -16,30 +16,41 @@ type encodedAttrs struct {
 	packed    []byte // nil: stored as they are
 }
 
+// CanonicalAttrs is frame attrs already in canonical JSON, written by
+// their typed encoder before the log's transaction (DecisionAttrs.Canonical):
+// they are stored as they are.
+type CanonicalAttrs []byte
+
 // encodeAttrs returns v's canonical JSON and, for large attrs, their packed
 // form.
 func encodeAttrs(v any) (*encodedAttrs, error) {
 	if e, ok := v.(*encodedAttrs); ok {
 		return e, nil
 	}
-	b, err := CanonicalAttrs(v)
+	b, err := EncodeAttrs(v)
 	if err != nil {
 		return nil, err
 	}
 	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
 }
 
-// CanonicalAttrs returns the attrs bytes a frame with Attrs v carries (the
-// hash covers them): nil is {}, the typed attrs of frameattrs.go write
-// their own canonical JSON, anything else goes through canon.Marshal.
-func CanonicalAttrs(v any) ([]byte, error) {
+// EncodeAttrs returns the attrs bytes a frame with Attrs v carries (the
+// hash covers them): nil is {}, CanonicalAttrs are taken as they are, the
+// typed attrs of frameattrs.go write their own canonical JSON, an error
+// (attrs the writer could not encode) is returned, and anything else goes
+// through canon.Marshal.
+func EncodeAttrs(v any) ([]byte, error) {
 	var b []byte
 	var err error
 	switch t := v.(type) {
 	case nil:
 		return []byte("{}"), nil
+	case CanonicalAttrs:
+		return t, nil
+	case error:
+		err = t
 	case typedAttrs:
-		b, err = canonicalOf(t, 512)
+		b, err = canonicalOf(t)
 	default:
 		b, err = canon.Marshal(v)
 	}

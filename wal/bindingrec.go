@@ -11,8 +11,7 @@ import (
 )
 
 // bindingRecordV1 is the version byte of the compact binding record that
-// follows the frame's seq in a preflights value (format in doc.go). A value
-// of exactly 8 bytes is the older form: the seq alone.
+// follows the frame's seq in a preflights value (format in doc.go).
 const bindingRecordV1 = 1
 
 // Tags of a step's args digest in the compact record. The digest is almost
@@ -43,9 +42,9 @@ func encodeBindingRecord(seq uint64, b *preflight.Binding) []byte {
 	v = appendString(v, string(b.Outcome))
 	v = appendString(v, b.ActorID)
 	v = appendString(v, b.Tenant)
-	// The frame holds expires_at as RFC 3339 text in UTC, and the older
-	// form read it back from there: seconds and nanoseconds give the same
-	// instant without the year limits of UnixNano.
+	// The frame holds expires_at as RFC 3339 text in UTC: seconds and
+	// nanoseconds give the same instant without the year limits of
+	// UnixNano.
 	t := b.ExpiresAt.UTC()
 	v = binary.AppendVarint(v, t.Unix())
 	v = binary.AppendUvarint(v, uint64(t.Nanosecond()))
@@ -151,7 +150,7 @@ func isLowerHex(s string) bool {
 	return true
 }
 
-// indexSeq is the seq a preflights value names, in either form.
+// indexSeq is the seq a preflights value names.
 func indexSeq(v []byte) (uint64, bool) {
 	if len(v) < 8 {
 		return 0, false

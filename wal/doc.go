@@ -12,13 +12,11 @@
 //	             then the compact binding record (below)
 //	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
 //	             value: JSON {"request_id","seq","at","args_digest"} of the autonomy.preflight_consumed frame
-//	             (args_digest: the consuming call's; absent in markers written before it was kept)
+//	             (args_digest: the consuming call's, absent when the consume named none)
 //	sessions     key: session key, the JSON array ["<actor id>","<session_id>","<plan_hash>"]
-//	             (["<session_id>","<plan_hash>"] for sessions counted before the actor
-//	             was part of it; compaction reads the key from the frame's session_key)
+//	             (compaction reads it from the frame's session_key)
 //	             value: attempts so far, 4-byte BE, then the attempt of the session's first
-//	             repair_required, 4-byte BE (0: none yet); a value of the attempts alone
-//	             is an older one and reads as a budget opened at attempt 1
+//	             repair_required, 4-byte BE (0: none yet)
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
@@ -42,6 +40,18 @@
 // with nanoseconds, UTC. attrs is canonical JSON (package internal/canon).
 // The stored JSON is what encoding/json writes with HTML escaping off, attrs
 // byte for byte.
+//
+// The attrs of each kind have one type (frameattrs.go, outcome.go), which
+// the writers fill and the readers decode:
+//
+//	autonomy.preflight           PreflightAttrs (with SubmitAttrs for a preflight of the API)
+//	autonomy.decision            DecisionAttrs
+//	autonomy.preflight_consumed  ConsumedAttrs
+//	autonomy.approval            ApprovalAttrs
+//	autonomy.outcome             OutcomeAttrs
+//
+// A log opened with Options.Replica adds "replica" to the attrs of every
+// frame it writes that names none.
 //
 // A frame whose attrs are 1 KiB or more (the autonomy.preflight frames,
 // which carry the whole decision) is stored packed when DEFLATE (RFC 1951)
@@ -82,11 +92,9 @@
 // with the frame, and the frame with the chain around it (trust.go): an
 // edit made while the service runs fails that read and the log is trusted
 // no more. With Options.VerifyOnOpen nothing is decided from a log until
-// Verify has passed on it. DB.Decision reads the decision from the frame. A value of exactly 8 bytes (a log written before
-// the record existed) is still read: Binding then decodes the frame. A
-// binary older than the record finds no binding for a value longer than 8
-// bytes, so it denies calls naming those ids (preflight_required) rather
-// than allowing them.
+// Verify has passed on it. DB.Decision reads the decision from the frame.
+// Every preflights value carries the record: a value of any other form is
+// a corrupt record, for Binding and for Verify.
 //
 // # Hash chain
 //

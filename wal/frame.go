@@ -37,8 +37,10 @@ type FrameInput struct {
 	AuditID string
 	Time    time.Time
 	// Attrs is encoded to canonical JSON: the typed attrs of a frame kind
-	// (PreflightAttrs, DecisionAttrs, …) write their own; any other value
-	// goes through canon.Marshal, a json.RawMessage as JSON text.
+	// (PreflightAttrs, DecisionAttrs, …) write their own, CanonicalAttrs
+	// are taken as they are, an error (attrs the writer could not encode)
+	// fails the append, and any other value goes through canon.Marshal, a
+	// json.RawMessage as JSON text.
 	Attrs any
 }
 

@@ -18,17 +18,25 @@ import (
 // both to that, and internal/httpapi/testdata/frames to the bytes of logs
 // already written).
 
-// typedAttrs is attrs that write their own canonical JSON.
+// typedAttrs is attrs that write their own canonical JSON. sizeHint is
+// about the size of that JSON, so the buffer is allocated once.
 type typedAttrs interface {
 	writeCanonical(w *canon.Writer)
+	sizeHint() int
 }
 
 // canonicalOf is the canonical JSON of a, or the first error writing it.
-func canonicalOf(a typedAttrs, size int) ([]byte, error) {
+func canonicalOf(a typedAttrs) ([]byte, error) {
 	var w canon.Writer
-	w.Grow(size)
+	w.Grow(a.sizeHint())
 	a.writeCanonical(&w)
 	return w.Bytes()
+}
+
+// member writes the name and string value of one member.
+func member(w *canon.Writer, name, v string) {
+	w.Name(name)
+	w.String(v)
 }
 
 // writeStrings writes xs as an array of strings; nil is the empty array.
@@ -79,6 +87,18 @@ type SubmitAttrs struct {
 	// SessionKey is the key the repair session's attempt was counted
 	// under, which compaction releases.
 	SessionKey string `json:"session_key,omitempty"`
+}
+
+func (a *PreflightAttrs) sizeHint() int {
+	n := 256 + len(a.ActorID) + len(a.Decision) + len(a.PreflightID) + len(a.Tenant)
+	for i := range a.Steps {
+		n += 128 + len(a.Steps[i].ID) + len(a.Steps[i].Kind) + len(a.Steps[i].ArgsDigest)
+	}
+	if s := a.SubmitAttrs; s != nil {
+		n += 192 + len(s.BundleRevision) + len(s.IntentSummary) + len(s.PlanHash) + len(s.Reason) + len(s.Request) +
+			len(s.RequestDigest) + len(s.SessionID) + len(s.SessionKey)
+	}
+	return n
 }
 
 func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
@@ -210,41 +230,59 @@ type DecisionAttrs struct {
 	ToolKind    string `json:"tool_kind"`
 }
 
-func (a *DecisionAttrs) writeCanonical(w *canon.Writer) {
-	str := func(name, v string) {
-		w.Name(name)
-		w.String(v)
+// Canonical returns the attrs' canonical JSON, for a writer that encodes
+// them itself before the log's transaction (the gate, on every Check: the
+// attrs then need not be on the heap).
+func (a *DecisionAttrs) Canonical() (CanonicalAttrs, error) {
+	var w canon.Writer
+	w.Grow(a.sizeHint())
+	a.writeCanonical(&w)
+	return w.Bytes()
+}
+
+func (a *DecisionAttrs) sizeHint() int {
+	n := 184 + len(a.Actor) + len(a.AdvisoryReason) + len(a.ArgsDigest) + len(a.Method) + len(a.Path) +
+		len(a.PreflightID) + len(a.Reason) + len(a.RequestID) + len(a.StepID) + len(a.ToolKind)
+	if a.BundleRevision != nil {
+		n += 20 + len(*a.BundleRevision)
 	}
+	if a.Args != nil {
+		n += 256
+	}
+	return n
+}
+
+func (a *DecisionAttrs) writeCanonical(w *canon.Writer) {
 	w.Open()
 	if a.Actor != "" {
-		str("actor", a.Actor)
+		member(w, "actor", a.Actor)
 	}
 	if a.AdvisoryReason != "" {
-		str("advisory_reason", a.AdvisoryReason)
+		member(w, "advisory_reason", a.AdvisoryReason)
 	}
 	if a.Args != nil {
 		w.Name("args")
 		w.Value(a.Args)
 	}
 	if a.ArgsDigest != "" {
-		str("args_digest", a.ArgsDigest)
+		member(w, "args_digest", a.ArgsDigest)
 	}
 	if a.BundleRevision != nil {
-		str("bundle_revision", *a.BundleRevision)
+		member(w, "bundle_revision", *a.BundleRevision)
 	}
 	w.Name("enforced")
 	w.Bool(a.Enforced)
-	str("method", a.Method)
-	str("mode", a.Mode)
-	str("outcome", a.Outcome)
-	str("path", a.Path)
-	str("preflight_id", a.PreflightID)
-	str("reason", a.Reason)
-	str("request_id", a.RequestID)
+	member(w, "method", a.Method)
+	member(w, "mode", a.Mode)
+	member(w, "outcome", a.Outcome)
+	member(w, "path", a.Path)
+	member(w, "preflight_id", a.PreflightID)
+	member(w, "reason", a.Reason)
+	member(w, "request_id", a.RequestID)
 	w.Name("status")
 	w.Value(a.Status)
-	str("step_id", a.StepID)
-	str("tool_kind", a.ToolKind)
+	member(w, "step_id", a.StepID)
+	member(w, "tool_kind", a.ToolKind)
 	w.Close()
 }
 
@@ -258,6 +296,10 @@ type ConsumedAttrs struct {
 	RequestID   string `json:"request_id"`
 	StepID      string `json:"step_id"`
 	ToolKind    string `json:"tool_kind"`
+}
+
+func (a *ConsumedAttrs) sizeHint() int {
+	return 96 + len(a.ArgsDigest) + len(a.PreflightID) + len(a.RequestID) + len(a.StepID) + len(a.ToolKind)
 }
 
 func (a *ConsumedAttrs) writeCanonical(w *canon.Writer) {
@@ -295,6 +337,15 @@ type ApprovalAttrs struct {
 	Subject  string   `json:"subject,omitempty"`
 	Tenant   string   `json:"tenant,omitempty"`
 	ToolKind string   `json:"tool_kind"`
+}
+
+func (a *ApprovalAttrs) sizeHint() int {
+	n := 192 + len(a.Approver) + len(a.ArgsDigest) + len(a.Comment) + len(a.Decision) + len(a.PreflightID) +
+		len(a.Replica) + len(a.StepID) + len(a.Subject) + len(a.Tenant) + len(a.ToolKind)
+	for _, r := range a.Roles {
+		n += 3 + len(r)
+	}
+	return n
 }
 
 func (a *ApprovalAttrs) writeCanonical(w *canon.Writer) {

@@ -64,7 +64,7 @@ func checkAttrs(t *testing.T, s1, s2 string, n int, flag bool) {
 	t.Helper()
 	valid := utf8.ValidString(s1) && utf8.ValidString(s2)
 	for name, a := range attrsCases(s1, s2, n, flag) {
-		got, err := CanonicalAttrs(a)
+		got, err := EncodeAttrs(a)
 		if !valid {
 			if !errors.Is(err, canon.ErrInvalidUTF8) {
 				t.Fatalf("%s: attrs with a string that is not UTF-8: %s, %v", name, got, err)
@@ -82,7 +82,7 @@ func checkAttrs(t *testing.T, s1, s2 string, n int, flag bool) {
 		if err := json.Unmarshal(got, back.Interface()); err != nil {
 			t.Fatalf("%s: %s does not decode: %v", name, got, err)
 		}
-		again, err := CanonicalAttrs(back.Interface())
+		again, err := EncodeAttrs(back.Interface())
 		if err != nil || !bytes.Equal(again, got) {
 			t.Fatalf("%s: decoded and written again\n%s, %v\nwant\n%s", name, again, err, got)
 		}
@@ -126,12 +126,12 @@ func TestTypedAttrsNilSlices(t *testing.T) {
 		&PreflightAttrs{Steps: []preflight.BoundStep{{Approval: &preflight.StepApproval{}}}}: `"authorities":[]`,
 		&PreflightAttrs{}: `"steps":[]`,
 	} {
-		if got, err := CanonicalAttrs(a); err != nil || !bytes.Contains(got, []byte(want)) {
+		if got, err := EncodeAttrs(a); err != nil || !bytes.Contains(got, []byte(want)) {
 			t.Errorf("%T: %s, %v; want %s", a, got, err, want)
 		}
 	}
 	bad := PreflightRecord{Binding: testBinding("pf_attrs", "tool.echo"), Decision: json.RawMessage(`{"outcome":`), Time: t0}
-	if _, err := CanonicalAttrs(bad.attrs()); err == nil {
+	if _, err := EncodeAttrs(bad.attrs()); err == nil {
 		t.Fatal("a decision that is not JSON was taken")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
 )
 
 // bigAttrs is attrs the size of a one-step preflight frame's.
@@ -153,7 +152,7 @@ func BenchmarkPackAttrs(b *testing.B) {
 	}
 	rec := PreflightRecord{Binding: testBinding("pf_bench", "tool.echo"), Decision: raw, Time: t0,
 		Submit: &SubmitAttrs{Attempt: 1, RequestDigest: "sha256:x"}}
-	attrs, err := CanonicalAttrs(rec.attrs())
+	attrs, err := EncodeAttrs(rec.attrs())
 	if err != nil {
 		b.Fatal(err)
 	}

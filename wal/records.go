@@ -374,6 +374,20 @@ func (db *DB) AuditFrames(ctx context.Context, auditID string) ([]Frame, error) 
 	return db.AuditFramesOf(ctx, auditID, DefaultAuditKinds)
 }
 
+// AuditInTenant applies GET /v1/audit's rule to the frames of an audit id:
+// it belongs to the tenant of its preflight (the first autonomy.preflight
+// frame); one without a preflight belongs to no tenant.
+func AuditInTenant(frames []Frame, tenant string) bool {
+	for i := range frames {
+		if frames[i].Kind != KindPreflight {
+			continue
+		}
+		a, err := frames[i].Preflight()
+		return err == nil && a.Tenant == tenant
+	}
+	return tenant == ""
+}
+
 // DefaultAuditKinds are the kinds of the default audit join.
 var DefaultAuditKinds = []string{KindPreflight, KindDecision}
 

@@ -32,7 +32,7 @@ func TestAuditFromWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := db.AppendDecision(ctx, wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: at.Add(time.Second),
-		Attrs: map[string]any{"outcome": "allow", "reason": "contract: passed", "tool_kind": "tool.echo", "step_id": "s1"}}); err != nil {
+		Attrs: &wal.DecisionAttrs{Outcome: "allow", Enforced: true, Reason: "contract: passed", ToolKind: "tool.echo", StepID: "s1"}}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -173,52 +173,61 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tOUTCOME\tREASON\tDETAIL")
 	for _, f := range frames {
-		var a struct {
-			Outcome     string `json:"outcome"`
-			Reason      string `json:"reason"`
-			ToolKind    string `json:"tool_kind"`
-			PreflightID string `json:"preflight_id"`
-			StepID      string `json:"step_id"`
-			Enforced    *bool  `json:"enforced"`
-			Advisory    string `json:"advisory_reason"`
-			Status      int    `json:"status"`
-			ReportedBy  string `json:"reported_by"`
-			Warning     bool   `json:"warning"`
-		}
-		_ = json.Unmarshal(f.Attrs, &a)
-		detail := a.PreflightID
-		switch f.Kind {
-		case wal.KindOutcome:
-			detail = fmt.Sprintf("tool %s status %d seen by %s", a.ToolKind, a.Status, a.ReportedBy)
-			if a.StepID != "" {
-				detail = fmt.Sprintf("tool %s step %s status %d seen by %s", a.ToolKind, a.StepID, a.Status, a.ReportedBy)
-			}
-			switch {
-			case a.Warning:
-				detail += " (passed with a warning)"
-			case a.Outcome == wal.OutcomeViolated && a.Enforced != nil && *a.Enforced:
-				detail += " (response replaced by 502)"
-			case a.Outcome == wal.OutcomeViolated:
-				detail += " (advisory, not enforced)"
-			}
-		case wal.KindDecision:
-			detail = "tool " + a.ToolKind
-			if a.StepID != "" {
-				detail += " step " + a.StepID
-			}
-			if a.Enforced != nil && !*a.Enforced {
-				detail += " (advisory, not enforced)"
-			}
-			if a.Advisory != "" {
-				detail += " advisory " + a.Advisory
-			}
-		}
+		outcome, reason, detail := auditRow(&f)
 		// Agents wrote much of this (tool kinds, step ids): no control or
 		// bidi character of theirs reaches the operator's terminal.
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Seq, display.Text(f.Timestamp), display.Text(strings.TrimPrefix(f.Kind, "autonomy.")),
-			display.Text(a.Outcome), display.Text(a.Reason), display.Text(detail))
+			display.Text(outcome), display.Text(reason), display.Text(detail))
 	}
 	return tw.Flush()
+}
+
+// auditRow is the outcome, reason and detail columns of frame f; a frame
+// whose attrs do not decode shows what did.
+func auditRow(f *wal.Frame) (outcome, reason, detail string) {
+	switch f.Kind {
+	case wal.KindPreflight:
+		a, _ := f.Preflight()
+		if a.SubmitAttrs != nil {
+			reason = a.Reason
+		}
+		return string(a.Outcome), reason, a.PreflightID
+	case wal.KindDecision:
+		a, _ := f.Decision()
+		detail = "tool " + a.ToolKind
+		if a.StepID != "" {
+			detail += " step " + a.StepID
+		}
+		if !a.Enforced {
+			detail += " (advisory, not enforced)"
+		}
+		if a.AdvisoryReason != "" {
+			detail += " advisory " + a.AdvisoryReason
+		}
+		return a.Outcome, a.Reason, detail
+	case wal.KindOutcome:
+		a, _ := f.Outcome()
+		detail = fmt.Sprintf("tool %s status %d seen by %s", a.ToolKind, a.Status, a.ReportedBy)
+		if a.StepID != "" {
+			detail = fmt.Sprintf("tool %s step %s status %d seen by %s", a.ToolKind, a.StepID, a.Status, a.ReportedBy)
+		}
+		switch {
+		case a.Warning:
+			detail += " (passed with a warning)"
+		case a.Outcome == wal.OutcomeViolated && a.Enforced:
+			detail += " (response replaced by 502)"
+		case a.Outcome == wal.OutcomeViolated:
+			detail += " (advisory, not enforced)"
+		}
+		return a.Outcome, a.Reason, detail
+	case wal.KindConsumed:
+		a, _ := f.Consumed()
+		return "", "", a.PreflightID
+	case wal.KindApproval:
+		a, _ := f.Approval()
+		return "", "", a.PreflightID
+	}
+	return "", "", ""
 }
 
 func newWAL(stdout io.Writer) *cobra.Command {

@@ -23,7 +23,7 @@ type marker struct {
 
 // repeats reports whether r repeats the call that wrote m.
 func (m *marker) repeats(r *wal.ConsumeRequest) bool {
-	return r.RequestID != "" && m.RequestID == r.RequestID && (m.ArgsDigest == "" || m.ArgsDigest == r.CallDigest)
+	return r.RequestID != "" && m.RequestID == r.RequestID && m.ArgsDigest == r.CallDigest
 }
 
 // seenState is a binding's existence and markers as one read saw them.

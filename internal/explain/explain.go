@@ -107,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"The write-ahead log could not be read just now. Try again shortly.")
 		return
 	}
-	if !all && !inTenant(frames, tenant) {
+	if !all && !wal.AuditInTenant(frames, tenant) {
 		frames = nil
 	}
 	if len(frames) == 0 {
@@ -161,20 +161,6 @@ func (h *Handler) pending(ctx context.Context, page *Page, frames []wal.Frame) e
 		break
 	}
 	return nil
-}
-
-// inTenant applies GET /v1/audit's rule: an audit id belongs to the tenant
-// of its preflight; one without a preflight belongs to no tenant.
-func inTenant(frames []wal.Frame, tenant string) bool {
-	for _, f := range frames {
-		if f.Kind != wal.KindPreflight {
-			continue
-		}
-		var t string
-		_, err := f.Attr("tenant", &t)
-		return err == nil && t == tenant
-	}
-	return tenant == ""
 }
 
 type message struct {

@@ -310,7 +310,7 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, "read audit frames", err)
 		return
 	}
-	if !all && len(frames) > 0 && !framesInTenant(frames, tenant) {
+	if !all && len(frames) > 0 && !wal.AuditInTenant(frames, tenant) {
 		frames = nil
 	}
 	if len(frames) == 0 {
@@ -336,21 +336,4 @@ func (a *API) authorize(r *http.Request) (tenant string, all, ok bool) {
 		return "", true, true
 	}
 	return a.o.Access.Authorize(r)
-}
-
-// framesInTenant reports whether the audit id's preflight belongs to tenant.
-// An audit id with no preflight frame (a call made without one) belongs to
-// no tenant.
-func framesInTenant(frames []wal.Frame, tenant string) bool {
-	for _, f := range frames {
-		if f.Kind != wal.KindPreflight {
-			continue
-		}
-		var t string
-		if _, err := f.Attr("tenant", &t); err == nil && t == tenant {
-			return true
-		}
-		return false
-	}
-	return tenant == ""
 }
