@@ -80,7 +80,7 @@ func frameCases() map[string]frameCase {
 
 // TestDecisionFrame checks what the gate puts in decision frames: attrs
 // that cannot be written fail the write (so the answer is a 503), the ids
-// SPEC §5.5 names are there even when empty, and request text that is not
+// docs/API.md names are there even when empty, and request text that is not
 // UTF-8 is recorded with U+FFFD.
 func TestDecisionFrame(t *testing.T) {
 	for name, tc := range frameCases() {

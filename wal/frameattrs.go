@@ -199,7 +199,7 @@ func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
 }
 
 // DecisionAttrs is the attrs of an autonomy.decision frame: what the gate
-// decided for one gated request (SPEC §5.5).
+// decided for one gated request (docs/API.md, the audit join).
 type DecisionAttrs struct {
 	// Actor is the caller identity, when the request carried one.
 	Actor string `json:"actor,omitempty"`
