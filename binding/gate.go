@@ -449,6 +449,33 @@ func (g *Gate) check(ctx context.Context, r *Request) (d Decision) {
 	if pol == nil {
 		return g.unavailable(d)
 	}
+	c := g.readRequest(r, pol, &d)
+	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
+		if !g.checkContracts(ctx, c, pol, now) {
+			return g.unreadable(ctx, c, d, now)
+		}
+	}
+	d.PreflightID = c.presentedID()
+	d.AuditID = g.auditID(c)
+
+	// A call the gate cannot read whole is refused in every mode: it cannot
+	// be put to the policy faithfully.
+	unreadable := c.contract == preflight.ReasonMalformedToolCall || c.contract == preflight.ReasonPartialBody
+	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || unreadable)
+	if enforceContract {
+		d.Status, d.Reason = http.StatusForbidden, c.contract
+		return g.record(ctx, c, d, now)
+	}
+	if c.contract != "" {
+		d.AdvisoryReason = c.contract
+	}
+	return g.decidePolicy(ctx, c, d, pol, now)
+}
+
+// readRequest works out the call r is: whether it is gated, and for a
+// gated one its kind and args, or why it cannot be read (c.contract). It
+// fills in what d reports of that.
+func (g *Gate) readRequest(r *Request, pol Policy, d *Decision) *call {
 	c := &call{req: r, requestID: d.RequestID, policy: pol}
 	c.identity = g.identity(r)
 	c.gated = isPost(r.Method, r.Headers) && g.gatesPath(r.Path)
@@ -476,42 +503,47 @@ func (g *Gate) check(ctx context.Context, r *Request) (d Decision) {
 	if c.rpcRead {
 		d.rpc = []rpcMessage{c.rpc}
 	}
-	if c.gated && g.o.Mode != ModeDisabled && c.contract == "" {
-		g.ladder(ctx, c, pol.Governance(), now)
-		if c.status == http.StatusServiceUnavailable {
-			return g.unreadable(ctx, c, d, now)
-		}
-		if c.contract == "" {
-			if vs := clauseViolations(pol.Clauses(), c); len(vs) > 0 {
-				if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
-					return g.unreadable(ctx, c, d, now)
-				}
-				if c.contract == "" {
-					c.contract = vs[0].Reason
-				}
-			}
-		}
-	}
-	if c.bound != nil {
-		d.PreflightID = c.bound.b.PreflightID
-	} else if c.hasHeader && idShape.MatchString(c.headerID) {
-		// An id-shaped id the log does not know: the frame names what
-		// was presented, so the audit shows which id was tried.
-		d.PreflightID = c.headerID
-	}
-	d.AuditID = g.auditID(c)
+	return c
+}
 
-	// A call the gate cannot read whole is refused in every mode: it cannot
-	// be put to the policy faithfully.
-	unreadable := c.contract == preflight.ReasonMalformedToolCall || c.contract == preflight.ReasonPartialBody
-	enforceContract := c.contract != "" && (g.o.Mode == ModeEnforce || unreadable)
-	if enforceContract {
-		d.Status, d.Reason = http.StatusForbidden, c.contract
-		return g.record(ctx, c, d, now)
+// checkContracts runs the binding ladder, then the capability's clauses,
+// leaving the first failure in c.contract. It returns false when the
+// bindings could not be read (c.status 503).
+func (g *Gate) checkContracts(ctx context.Context, c *call, pol Policy, now time.Time) bool {
+	g.ladder(ctx, c, pol.Governance(), now)
+	if c.status == http.StatusServiceUnavailable {
+		return false
 	}
 	if c.contract != "" {
-		d.AdvisoryReason = c.contract
+		return true
 	}
+	if vs := clauseViolations(pol.Clauses(), c); len(vs) > 0 {
+		if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
+			return false
+		}
+		if c.contract == "" {
+			c.contract = vs[0].Reason
+		}
+	}
+	return true
+}
+
+// presentedID is the preflight id the decision frame names: the bound
+// one, or an id-shaped one the log does not know, so the audit shows which
+// id was tried.
+func (c *call) presentedID() string {
+	if c.bound != nil {
+		return c.bound.b.PreflightID
+	}
+	if c.hasHeader && idShape.MatchString(c.headerID) {
+		return c.headerID
+	}
+	return ""
+}
+
+// decidePolicy puts the call to the operator's policy and answers: the
+// consume of a bound call it allows, the deny of one it refuses.
+func (g *Gate) decidePolicy(ctx context.Context, c *call, d Decision, pol Policy, now time.Time) Decision {
 	allowed, reason, err := g.allow(ctx, pol, c)
 	if (err != nil || !allowed) && c.peek != nil {
 		// Only a consume answers the peek the ladder left to it (enforced).
