@@ -182,9 +182,11 @@ func stallStreams(ctx context.Context, addr string, n, declared, send int) (stal
 	}
 	// Send each stream's message, the 5-byte gRPC prefix first, in frames
 	// the windows allow, until every stream has sent its part or ended.
-	prefix := make([]byte, 5)
-	binary.BigEndian.PutUint32(prefix[1:], uint32(declared))
-	chunk := make([]byte, 16<<10)
+	// The stream's bytes are the prefix, then zeros: data[off:off+n] for
+	// an offset within the prefix, data[5:5+n] past it.
+	data := make([]byte, 5+16<<10)
+	binary.BigEndian.PutUint32(data[1:5], uint32(declared))
+	const chunk = 16 << 10
 	for ctx.Err() == nil && !readDone {
 		var id uint32
 		var s *stallStream
@@ -206,19 +208,14 @@ func stallStreams(ctx context.Context, addr string, n, declared, send int) (stal
 			cond.Wait()
 			continue
 		}
-		size := min(int64(len(chunk)), s.window, connWin, int64(send-s.sent))
-		s.window -= size
-		connWin -= size
-		first := s.sent == 0
-		s.sent += int(size)
-		out.sent += size
+		size := int(min(chunk, s.window, connWin, int64(send-s.sent)))
+		off := min(s.sent, 5)
+		s.window -= int64(size)
+		connWin -= int64(size)
+		s.sent += size
+		out.sent += int64(size)
 		mu.Unlock()
-		err := write(func() error {
-			if first {
-				return fr.WriteData(id, false, append(prefix, chunk[:size-5]...))
-			}
-			return fr.WriteData(id, false, chunk[:size])
-		})
+		err := write(func() error { return fr.WriteData(id, false, data[off:off+size]) })
 		mu.Lock()
 		if err != nil {
 			break
@@ -369,8 +366,10 @@ func TestGRPCMemoryUnderStalledStreams(t *testing.T) {
 	if total.open != 0 {
 		t.Errorf("%d streams were still open %s after the attack began: grpc.receive_timeout did not cut them", total.open, recvWithin+5*time.Second)
 	}
-	if total.exhausted == 0 || total.refused == 0 {
-		t.Errorf("want streams refused both by grpc.max_concurrent_streams and by grpc.max_bytes_in_flight: %+v", total)
+	// How many HTTP/2 refuses for grpc.max_concurrent_streams depends on
+	// how fast the refusals for the budget close streams; it is logged.
+	if total.exhausted == 0 || total.cut > budget/(2*mib) {
+		t.Errorf("want streams past grpc.max_bytes_in_flight refused, and at most %d admitted: %+v", budget/(2*mib), total)
 	}
 }
 
