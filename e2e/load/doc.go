@@ -23,6 +23,12 @@
 // on the same machine, with the same client, so they hold from one machine
 // to another where absolute figures do not.
 //
+// With -etcd it also runs the service scenarios on the etcd backend: a
+// serial and a concurrent put-if-absent transaction against a local
+// one-member etcd (the round trip), then one replica and three replicas on
+// it, and judges issue 18's goals against the bbolt figures of the same run
+// (etcd.go).
+//
 // Scale checks, each on its own data directory:
 //
 //	-fill N      runs the service scenarios again on a WAL pre-filled with N
@@ -42,6 +48,7 @@
 //	go run ./e2e/load -fill 1000000 -cached 100000     # the scale checks too
 //	go run ./e2e/load -bin ./autonomy -json out.json   # a prebuilt binary; results as JSON
 //	go run ./e2e/load -opa-envoy /tmp/opa-envoy        # beside OPA-Envoy (docs/PERFORMANCE.md)
+//	go run ./e2e/load -etcd -frames 0                  # bbolt, etcd ×1 and etcd ×3 in one run
 //
 // Without -bin it builds ./cmd/autonomy into a temporary directory first.
 // docs/PERFORMANCE.md records the figures of a run and how to read them.
