@@ -339,6 +339,10 @@ func newService(ctx context.Context, cfg settings, cl *client, dir string, warm 
 		return nil, err
 	}
 	s := &service{cfg: cfg, cl: cl, proc: p, base: "http://" + addrs.HTTP}
+	if err := cl.waitReady(ctx, s.base, p.exited); err != nil {
+		p.stop()
+		return nil, err
+	}
 	if s.ac, s.conn, err = cl.dial(addrs.GRPC); err != nil {
 		p.stop()
 		return nil, err
