@@ -241,7 +241,8 @@ func consumeSteps(t *testing.T, open Opener) {
 
 // retrySameRequestID is Envoy's rule: the same x-request-id with the same
 // call repeats the allow, on the step it consumed; another call under that
-// id, or another id, is a replay; no request id never repeats.
+// id (another call digest, or one where the marker has none), or another
+// id, is a replay; no request id never repeats.
 func retrySameRequestID(t *testing.T, open Opener) {
 	s, _ := open(t)
 	b := newBinding("refund.create")
@@ -259,6 +260,14 @@ func retrySameRequestID(t *testing.T, open Opener) {
 	record(t, s, wal.PreflightRecord{Binding: anon})
 	wantStatus(t, "no request id", consume(t, s, &anon, "refund.create", "", "sha256:call-a"), wal.Consumed)
 	wantStatus(t, "no request id again", consume(t, s, &anon, "refund.create", "", "sha256:call-a"), wal.Replay)
+
+	// A marker of a consume that named no call digest repeats only for
+	// another consume without one: a digest is another call.
+	undigested := newBinding("refund.create")
+	record(t, s, wal.PreflightRecord{Binding: undigested})
+	wantStatus(t, "no digest", consume(t, s, &undigested, "refund.create", "req-u", ""), wal.Consumed)
+	wantStatus(t, "no digest again", consume(t, s, &undigested, "refund.create", "req-u", ""), wal.Repeated)
+	wantStatus(t, "a digest after none", consume(t, s, &undigested, "refund.create", "req-u", "sha256:call-a"), wal.Replay)
 
 	// Concurrent retries of one request: all allowed, one step spent.
 	many := newBinding("refund.create")
