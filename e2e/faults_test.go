@@ -486,8 +486,13 @@ func (s *fltStore) AppendDecision(ctx context.Context, in wal.FrameInput) (wal.F
 	return s.DB.AppendDecision(ctx, in)
 }
 
+// Consume reads the consumed markers and writes one in the same
+// transaction, so it fails on either fault.
 func (s *fltStore) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	if err := s.fail(fltWrites, "write"); err != nil {
+		return wal.ConsumeResult{}, err
+	}
+	if err := s.fail(fltReads, "read"); err != nil {
 		return wal.ConsumeResult{}, err
 	}
 	return s.DB.Consume(ctx, r)
