@@ -186,8 +186,10 @@ func TestExplainApprovalFormSubmittedInChromium(t *testing.T) {
 		chromedp.SetValue(`form.approval-form select[name="decision"]`, "approve", chromedp.ByQuery),
 		chromedp.SendKeys(`form.approval-form input[name="comment"]`, "invoice 77 checked in the browser", chromedp.ByQuery),
 		chromedp.Click(`form.approval-form button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`h1`, chromedp.ByQuery),
-		chromedp.Text(`h1`, &heading, chromedp.ByQuery),
+		// The answer is the message page: waiting for its own heading, not
+		// any h1, keeps the audit page's from being read before it goes.
+		chromedp.WaitVisible(`#message-title`, chromedp.ByQuery),
+		chromedp.Text(`#message-title`, &heading, chromedp.ByQuery),
 		chromedp.Text(`body`, &body, chromedp.ByQuery),
 	)
 	if err != nil {
