@@ -94,6 +94,11 @@ type CheckObserver interface {
 type Options struct {
 	// Store holds the bindings and their consumed markers (internal/state).
 	Store state.Store
+	// PeekInConsume, enforced, leaves the ladder's peek at the consumed
+	// markers to the consume's own transaction (ladder.go): for a store
+	// whose every read is a network round trip (etcd). A call that ends
+	// before its consume still peeks.
+	PeekInConsume bool
 	// Log takes the decision frames of calls that consume nothing.
 	Log Log
 	// Policy returns the current bundle; it is called once per check.

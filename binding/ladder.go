@@ -82,13 +82,14 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.contract = c.planContract(status)
 		return
 	}
-	if g.o.Mode == ModeEnforce {
+	if g.o.Mode == ModeEnforce && g.o.PeekInConsume {
 		// Enforced, a call that reaches the consume learns what the peek
 		// would say from the consume's own transaction, which answers a
 		// replay exactly as the peek would: on a shared store that is one
 		// request instead of two. A call that ends before it peeks then
 		// (settle). Advisory calls peek now: the policy sees the preflight
-		// only when the ladder passed.
+		// only when the ladder passed. A local store peeks now too: its
+		// read is cheap, and a failing read denies before the policy runs.
 		c.peek = &r
 		return
 	}

@@ -100,16 +100,18 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 	}
 }
 
-// TestEnforcedConsumeReadsOnce: enforced, a call that reaches the consume
-// is answered by the consume's own read of the markers, with no peek
-// before it; a call that ends before the consume (the policy denies it)
-// still peeks, and a replay outranks the policy's deny.
+// TestEnforcedConsumeReadsOnce: enforced with PeekInConsume, a call that
+// reaches the consume is answered by the consume's own read of the
+// markers, with no peek before it; a call that ends before the consume
+// (the policy denies it) still peeks, and a replay outranks the policy's
+// deny.
 func TestEnforcedConsumeReadsOnce(t *testing.T) {
 	b := loadTestBundle(t)
 	var store *peekOnly
 	e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) {
 		store = &peekOnly{DB: o.Store.(*wal.DB)}
 		o.Store = store
+		o.PeekInConsume = true
 	})
 	echo := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", nil))
 	if d := e.check(toolCall("tool.echo", nil, withID(echo.PreflightID, "r1"))); !d.Allowed || store.peeks.Load() != 0 {

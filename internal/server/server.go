@@ -197,6 +197,7 @@ func (s *Server) closeStores() {
 func (s *Server) newGate(cfg *config.Config, store stateStore) *binding.Gate {
 	return binding.New(binding.Options{
 		Store:            store,
+		PeekInConsume:    s.etcd != nil,
 		Log:              store,
 		Outcomes:         s.db,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
