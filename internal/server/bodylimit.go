@@ -31,7 +31,14 @@ func newBodyLimiter(c *config.Config, onError func(string)) *bodyLimiter {
 
 // wrap refuses a request with a body past the bounds with 503 overloaded
 // and Retry-After, before any of its body is read.
-func (l *bodyLimiter) wrap(next http.Handler) http.Handler {
+func (l *bodyLimiter) wrap(next http.Handler) http.Handler { return l.guard(next, true) }
+
+// wrapBytes is wrap bounding the body bytes only: a gateway request holds
+// its reservation while the tool runs upstream, so counting it against
+// http.max_body_requests would bound how many tool calls run at once.
+func (l *bodyLimiter) wrapBytes(next http.Handler) http.Handler { return l.guard(next, false) }
+
+func (l *bodyLimiter) guard(next http.Handler, counted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 {
 			next.ServeHTTP(w, r)
@@ -41,7 +48,7 @@ func (l *bodyLimiter) wrap(next http.Handler) http.Handler {
 		if r.ContentLength > 0 && r.ContentLength < n {
 			n = r.ContentLength
 		}
-		if !l.acquire(n) {
+		if !l.acquire(n, counted) {
 			if l.onError != nil {
 				l.onError(preflight.CodeOverloaded)
 			}
@@ -50,25 +57,29 @@ func (l *bodyLimiter) wrap(next http.Handler) http.Handler {
 				"Too many requests with a body are being read or decided; retry shortly.")
 			return
 		}
-		defer l.release(n)
+		defer l.release(n, counted)
 		next.ServeHTTP(w, r)
 	})
 }
 
-func (l *bodyLimiter) acquire(n int64) bool {
+func (l *bodyLimiter) acquire(n int64, counted bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.requests >= l.maxReqs || l.bytes+n > l.maxBytes {
+	if (counted && l.requests >= l.maxReqs) || l.bytes+n > l.maxBytes {
 		return false
 	}
-	l.requests++
+	if counted {
+		l.requests++
+	}
 	l.bytes += n
 	return true
 }
 
-func (l *bodyLimiter) release(n int64) {
+func (l *bodyLimiter) release(n int64, counted bool) {
 	l.mu.Lock()
-	l.requests--
+	if counted {
+		l.requests--
+	}
 	l.bytes -= n
 	l.mu.Unlock()
 }

@@ -2,8 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -26,18 +29,7 @@ func TestBodyRequestsBounded(t *testing.T) {
 	if _, err := slow.Write([]byte("POST /v1/preflight?dry_run=true HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"intent\":")); err != nil {
 		t.Fatal(err)
 	}
-	post := func() (int, http.Header, string) {
-		resp, err := http.Post(e.base+"/v1/preflight?dry_run=true", "application/json", strings.NewReader(preflightBody("session:limit", "x")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var body struct {
-			Error struct{ Code string } `json:"error"`
-		}
-		json.NewDecoder(resp.Body).Decode(&body)
-		return resp.StatusCode, resp.Header, body.Error.Code
-	}
+	post := func() (int, http.Header, string) { return postDryRun(t, e.base) }
 	refused := false
 	for range 500 { // until the slow request holds the one place
 		status, h, code := post()
@@ -59,4 +51,100 @@ func TestBodyRequestsBounded(t *testing.T) {
 		}
 	}
 	t.Fatal("POSTs were still refused after the slow connection closed")
+}
+
+// postDryRun posts a dry-run preflight to base and returns the status, the
+// headers and the error code of the answer.
+func postDryRun(t *testing.T, base string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/preflight?dry_run=true", "application/json", strings.NewReader(preflightBody("session:limit", "x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, resp.Header, body.Error.Code
+}
+
+// holdBody opens a connection to addr that sends the head of a POST
+// declaring length body bytes and never sends them; closed at cleanup.
+func holdBody(t *testing.T, addr, path string, length int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", path, length)
+	if _, err := c.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestGatewayBodiesShareTheBudget: the gateway's bodies count against the
+// same http.max_bytes_in_flight as the HTTP listener's, so a body held on
+// the gateway leaves the API no room past the budget (and the reverse);
+// but a gateway request, held while its tool runs, takes no place of
+// http.max_body_requests.
+func TestGatewayBodiesShareTheBudget(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(upstream.Close)
+	const budget = 64 << 10
+	e := obsStart(t, func(c *config.Config) {
+		c.Upstream, c.GatewayAddr = upstream.URL, "127.0.0.1:0"
+		c.HTTP.MaxBodyBytes, c.HTTP.MaxBytesInFlight, c.HTTP.MaxBodyRequests = budget, budget, 1
+	}, Options{ReadinessInterval: -1})
+	gateway := "http://" + e.addrs.Gateway
+
+	// A small gateway body takes no counted place: the API's one place is free.
+	small := holdBody(t, e.addrs.Gateway, "/ungated", 100)
+	if status, _, code := waitStatus(t, func() (int, http.Header, string) { return postDryRun(t, e.base) },
+		http.StatusOK); status != http.StatusOK {
+		t.Fatalf("a dry run while a 100-byte gateway body is held: %d %s, want 200", status, code)
+	}
+
+	// A second gateway body declaring the rest of the budget leaves nothing,
+	// on either front.
+	rest := holdBody(t, e.addrs.Gateway, "/ungated", budget-100)
+	for name, post := range map[string]func() (int, http.Header, string){
+		"the API":     func() (int, http.Header, string) { return postDryRun(t, e.base) },
+		"the gateway": func() (int, http.Header, string) { return postDryRun(t, gateway) },
+	} {
+		status, h, code := waitStatus(t, post, http.StatusServiceUnavailable)
+		if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
+			t.Errorf("a body to %s while the gateway holds the budget: %d %q Retry-After %q, want 503 overloaded",
+				name, status, code, h.Get("Retry-After"))
+		}
+	}
+	small.Close()
+	rest.Close()
+	if status, _, code := waitStatus(t, func() (int, http.Header, string) { return postDryRun(t, gateway) },
+		http.StatusOK); status != http.StatusOK {
+		t.Fatalf("a dry run through the gateway after the held body went: %d %s, want 200", status, code)
+	}
+}
+
+// waitStatus calls post until it answers want, at most 500 times (the held
+// connection's head reaches the server asynchronously), and returns the
+// last answer.
+func waitStatus(t *testing.T, post func() (int, http.Header, string), want int) (int, http.Header, string) {
+	t.Helper()
+	var (
+		status int
+		h      http.Header
+		code   string
+	)
+	for range 500 {
+		if status, h, code = post(); status == want {
+			break
+		}
+	}
+	return status, h, code
 }

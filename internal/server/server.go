@@ -93,6 +93,9 @@ type Server struct {
 	obs       observability
 	reloadMu  sync.Mutex
 	notifier  *webhook.Notifier
+	// bodies bounds the requests with a body, and their bytes, across the
+	// HTTP listener and the gateway together (bodylimit.go).
+	bodies *bodyLimiter
 	// verifyPending: the WAL was still being verified when New returned.
 	verifyPending bool
 }
@@ -130,6 +133,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	}
 	s.sec = sec
 	s.obs, err = newObservability(ctx, &cfg, &o, s.pendingApprovals)
+	s.bodies = newBodyLimiter(&cfg, func(code string) { s.obs.metrics.APIError(code) })
 	// What New has started is stopped again when a later step fails: the
 	// tracing exporter (its connection to the collector), the WAL.
 	defer func() {
@@ -312,8 +316,15 @@ func (s *Server) awaitVerification() {
 // frame).
 const verifyWait = 2 * time.Second
 
-// Handler returns the HTTP listener's handler.
+// Handler serves the HTTP listener: the API, the HTTP check, the explain
+// page, health and metrics, behind the access rules and the body bounds.
 func (s *Server) Handler() http.Handler {
+	return s.obs.tracing.Handler(s.sec.access.Handler(s.bodies.wrap(s.routes())))
+}
+
+// routes are the HTTP listener's endpoints without the access rules and
+// the body bounds; the gateway serves them too.
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/preflight", s.api)
 	mux.Handle("/v1/preflight/", s.api)
@@ -368,7 +379,7 @@ func (s *Server) Handler() http.Handler {
 			mux.ServeHTTP(w, r)
 		}
 	})
-	return s.obs.tracing.Handler(s.sec.access.Handler(newBodyLimiter(&s.cfg, s.obs.metrics.APIError).wrap(root)))
+	return root
 }
 
 // answerWindow is how long a handler may wait on something else (the
@@ -525,10 +536,12 @@ func (s *Server) Run(ctx context.Context) error {
 		// The gateway also serves the API routes (with the HTTP listener's
 		// access rules), so its address is the deployment's one front URL.
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
-		gw := gateway.New(gateway.Options{Gate: s.gate, Judge: s.gate, Upstream: up, API: s.Handler(),
+		// Its bodies count against the HTTP listener's bytes in flight: one
+		// budget for every body the service reads.
+		gw := gateway.New(gateway.Options{Gate: s.gate, Judge: s.gate, Upstream: up, API: s.sec.access.Handler(s.routes()),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
 			OnError: s.obs.metrics.APIError, UpstreamTimeout: answerWindow(s.cfg.HTTP.WriteTimeout)})
-		servers = append(servers, s.httpServer(s.obs.tracing.Handler(gw)))
+		servers = append(servers, s.httpServer(s.obs.tracing.Handler(s.bodies.wrapBytes(gw))))
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
 	}
