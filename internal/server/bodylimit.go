@@ -31,22 +31,29 @@ func newBodyLimiter(c *config.Config, onError func(string)) *bodyLimiter {
 
 // wrap refuses a request with a body past the bounds with 503 overloaded
 // and Retry-After, before any of its body is read.
-func (l *bodyLimiter) wrap(next http.Handler) http.Handler { return l.guard(next, true) }
+func (l *bodyLimiter) wrap(next http.Handler) http.Handler { return l.guard(next, true, true) }
 
 // wrapBytes is wrap bounding the body bytes only: a gateway request holds
 // its reservation while the tool runs upstream, so counting it against
 // http.max_body_requests would bound how many tool calls run at once.
-func (l *bodyLimiter) wrapBytes(next http.Handler) http.Handler { return l.guard(next, false) }
+func (l *bodyLimiter) wrapBytes(next http.Handler) http.Handler { return l.guard(next, false, true) }
 
-func (l *bodyLimiter) guard(next http.Handler, counted bool) http.Handler {
+// wrapCount is wrap bounding the count only, for the API routes behind
+// the gateway, whose bytes wrapBytes has reserved already.
+func (l *bodyLimiter) wrapCount(next http.Handler) http.Handler { return l.guard(next, true, false) }
+
+func (l *bodyLimiter) guard(next http.Handler, counted, reserved bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		n := l.maxBody
-		if r.ContentLength > 0 && r.ContentLength < n {
-			n = r.ContentLength
+		var n int64
+		if reserved {
+			n = l.maxBody
+			if r.ContentLength > 0 && r.ContentLength < n {
+				n = r.ContentLength
+			}
 		}
 		if !l.acquire(n, counted) {
 			if l.onError != nil {

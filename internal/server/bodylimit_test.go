@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/preflight"
@@ -62,11 +63,11 @@ func postDryRun(t *testing.T, base string) (int, http.Header, string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct {
+	var answer struct {
 		Error struct{ Code string } `json:"error"`
 	}
-	json.NewDecoder(resp.Body).Decode(&body)
-	return resp.StatusCode, resp.Header, body.Error.Code
+	json.NewDecoder(resp.Body).Decode(&answer)
+	return resp.StatusCode, resp.Header, answer.Error.Code
 }
 
 // holdBody opens a connection to addr that sends the head of a POST
@@ -86,9 +87,9 @@ func holdBody(t *testing.T, addr, path string, length int) net.Conn {
 }
 
 // TestGatewayBodiesShareTheBudget: the gateway's bodies count against the
-// same http.max_bytes_in_flight as the HTTP listener's, so a body held on
-// the gateway leaves the API no room past the budget (and the reverse);
-// but a gateway request, held while its tool runs, takes no place of
+// same http.max_bytes_in_flight as the HTTP listener's, so bodies held on
+// the gateway leave either front no room past the budget; but a gateway
+// request, held while its tool runs, takes no place of
 // http.max_body_requests.
 func TestGatewayBodiesShareTheBudget(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,21 +104,15 @@ func TestGatewayBodiesShareTheBudget(t *testing.T) {
 	}, Options{ReadinessInterval: -1})
 	gateway := "http://" + e.addrs.Gateway
 
-	// A small gateway body takes no counted place: the API's one place is free.
 	small := holdBody(t, e.addrs.Gateway, "/ungated", 100)
-	if status, _, code := waitStatus(t, func() (int, http.Header, string) { return postDryRun(t, e.base) },
-		http.StatusOK); status != http.StatusOK {
-		t.Fatalf("a dry run while a 100-byte gateway body is held: %d %s, want 200", status, code)
+	waitHeld(t, e.srv.bodies, 0, 100)
+	if status, _, code := postDryRun(t, e.base); status != http.StatusOK {
+		t.Fatalf("a dry run while a 100-byte gateway body is held: %d %s, want 200 (the one place is free)", status, code)
 	}
-
-	// A second gateway body declaring the rest of the budget leaves nothing,
-	// on either front.
 	rest := holdBody(t, e.addrs.Gateway, "/ungated", budget-100)
-	for name, post := range map[string]func() (int, http.Header, string){
-		"the API":     func() (int, http.Header, string) { return postDryRun(t, e.base) },
-		"the gateway": func() (int, http.Header, string) { return postDryRun(t, gateway) },
-	} {
-		status, h, code := waitStatus(t, post, http.StatusServiceUnavailable)
+	waitHeld(t, e.srv.bodies, 0, budget)
+	for name, base := range map[string]string{"the API": e.base, "the gateway": gateway} {
+		status, h, code := postDryRun(t, base)
 		if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
 			t.Errorf("a body to %s while the gateway holds the budget: %d %q Retry-After %q, want 503 overloaded",
 				name, status, code, h.Get("Retry-After"))
@@ -125,26 +120,43 @@ func TestGatewayBodiesShareTheBudget(t *testing.T) {
 	}
 	small.Close()
 	rest.Close()
-	if status, _, code := waitStatus(t, func() (int, http.Header, string) { return postDryRun(t, gateway) },
-		http.StatusOK); status != http.StatusOK {
-		t.Fatalf("a dry run through the gateway after the held body went: %d %s, want 200", status, code)
+	waitHeld(t, e.srv.bodies, 0, 0)
+	if status, _, code := postDryRun(t, gateway); status != http.StatusOK {
+		t.Fatalf("a dry run through the gateway after the held bodies went: %d %s, want 200", status, code)
 	}
 }
 
-// waitStatus calls post until it answers want, at most 500 times (the held
-// connection's head reaches the server asynchronously), and returns the
-// last answer.
-func waitStatus(t *testing.T, post func() (int, http.Header, string), want int) (int, http.Header, string) {
-	t.Helper()
-	var (
-		status int
-		h      http.Header
-		code   string
-	)
-	for range 500 {
-		if status, h, code = post(); status == want {
-			break
-		}
+// TestGatewayAPICountsAgainstBodyRequests: the API routes behind the
+// gateway take a place of http.max_body_requests like the API on the HTTP
+// listener, so a body held there leaves the other front none.
+func TestGatewayAPICountsAgainstBodyRequests(t *testing.T) {
+	upstream := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(upstream.Close)
+	e := obsStart(t, func(c *config.Config) {
+		c.Upstream, c.GatewayAddr, c.HTTP.MaxBodyRequests = upstream.URL, "127.0.0.1:0", 1
+	}, Options{ReadinessInterval: -1})
+	holdBody(t, e.addrs.Gateway, "/v1/preflight?dry_run=true", 100)
+	waitHeld(t, e.srv.bodies, 1, 100)
+	if status, _, code := postDryRun(t, e.base); status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded {
+		t.Fatalf("a dry run while the gateway's API holds the one place: %d %s, want 503 overloaded", status, code)
 	}
-	return status, h, code
+}
+
+// waitHeld waits until l holds exactly requests places and bytes bytes:
+// a held connection's head reaches its handler after the dial returns.
+func waitHeld(t *testing.T, l *bodyLimiter, requests int, bytes int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.mu.Lock()
+		r, b := l.requests, l.bytes
+		l.mu.Unlock()
+		if r == requests && b == bytes {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the body bounds hold %d places and %d bytes, want %d and %d", r, b, requests, bytes)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

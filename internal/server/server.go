@@ -538,7 +538,7 @@ func (s *Server) Run(ctx context.Context) error {
 		trusted, _ := s.cfg.Gateway.TrustedProxyPrefixes() // validated with the config
 		// Its bodies count against the HTTP listener's bytes in flight: one
 		// budget for every body the service reads.
-		gw := gateway.New(gateway.Options{Gate: s.gate, Judge: s.gate, Upstream: up, API: s.sec.access.Handler(s.routes()),
+		gw := gateway.New(gateway.Options{Gate: s.gate, Judge: s.gate, Upstream: up, API: s.sec.access.Handler(s.bodies.wrapCount(s.routes())),
 			MaxBodyBytes: s.cfg.HTTP.MaxBodyBytes, ActorHeader: s.cfg.Gate.ActorHeader, TrustedProxies: trusted, Logger: s.log,
 			OnError: s.obs.metrics.APIError, UpstreamTimeout: answerWindow(s.cfg.HTTP.WriteTimeout)})
 		servers = append(servers, s.httpServer(s.obs.tracing.Handler(s.bodies.wrapBytes(gw))))
