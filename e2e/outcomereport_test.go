@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 )
 
 const (
@@ -23,7 +25,7 @@ const (
 	orpAcmeToken     = "acmerep-0123456789abcdef012" // role:outcome-reporter, tenant acme only
 )
 
-func orpServe(t *testing.T) *cbServer {
+func orpServe(t *testing.T, extra ...string) *cbServer {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
@@ -38,7 +40,7 @@ func orpServe(t *testing.T) *cbServer {
 	if err := os.WriteFile(cfg, []byte("access:\n  tokens_file: "+tokens+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return cbServe(t, "enforce", "--config", cfg)
+	return cbServe(t, "enforce", append([]string{"--config", cfg}, extra...)...)
 }
 
 // orpReport is a report body for the call auditID/requestID of kind.
@@ -209,4 +211,37 @@ func orpOutcomes(t *testing.T, s *cbServer, auditID string) []cbFrame {
 		}
 	}
 	return out
+}
+
+// TestOutcomeAcrossReplicas: on etcd, the response of a call one replica
+// let through is judged on another (the reporter, like Envoy's ext_proc
+// stream, may reach any replica): the decision is found in what every
+// replica wrote, the outcome joins the audit on every replica, and it is
+// recorded once across them.
+func TestOutcomeAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	endpoints := strings.Join(c.Endpoints(), ",")
+	a := orpServe(t, "--etcd-endpoints", endpoints, "--replica-id", "replica-a")
+	b := orpServe(t, "--etcd-endpoints", endpoints, "--replica-id", "replica-b")
+
+	v := a.checkCall(t, cbCall{Kind: "ledger.debit.v1", Args: ocDebit, RequestID: "rq-across"})
+	if v.HTTPStatus != 200 || v.AuditID == "" {
+		t.Fatalf("Check on A: %+v, want an allow", v)
+	}
+	report := orpReport(v.AuditID, "rq-across", "ledger.debit.v1", ocDebit, `{"accountRef":"acct:1","balanceUsd":75}`)
+	status, _, raw := orpPost(t, b, orpReporterToken, report)
+	if status != 200 || !strings.Contains(string(raw), `"outcome":"ok"`) {
+		t.Fatalf("report on B of A's call: %d %s, want 200 ok", status, raw)
+	}
+	for _, s := range []*cbServer{a, b} {
+		frames := orpOutcomes(t, s, v.AuditID)
+		if len(frames) != 1 || frames[0].Attrs["replica"] != "replica-b" || frames[0].Attrs["request_id"] != "rq-across" {
+			t.Fatalf("outcome frames on %s: %v, want B's one", s.URL(""), frames)
+		}
+	}
+	if status, _, raw := orpPost(t, a, orpReporterToken, report); status != 409 ||
+		!strings.Contains(string(raw), `"code":"outcome-already-reported"`) {
+		t.Errorf("the same report on A: %d %s, want 409 outcome-already-reported", status, raw)
+	}
 }

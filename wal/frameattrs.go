@@ -230,6 +230,12 @@ type DecisionAttrs struct {
 	ToolKind    string `json:"tool_kind"`
 }
 
+// LetThrough reports whether this decision let the gated request
+// requestID through: an allow, or a failure advisory mode did not enforce.
+func (a *DecisionAttrs) LetThrough(requestID string) bool {
+	return a.RequestID == requestID && (a.Outcome == "allow" || !a.Enforced)
+}
+
 // Canonical returns the attrs' canonical JSON, for a writer that encodes
 // them itself before the log's transaction (the gate, on every Check: the
 // attrs then need not be on the heap).

@@ -140,7 +140,7 @@ func (db *DB) CallDecision(ctx context.Context, auditID, requestID string) (Fram
 			if err != nil {
 				return false, err
 			}
-			if a.RequestID == requestID && (a.Outcome == "allow" || !a.Enforced) {
+			if a.LetThrough(requestID) {
 				found = f
 			}
 			return true, nil

@@ -30,7 +30,7 @@ const (
 )
 
 // copiedKinds are the frame kinds the store copies to etcd.
-var copiedKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed, wal.KindApproval}
+var copiedKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed, wal.KindApproval, wal.KindOutcome}
 
 // checkPage is how many keys one read of a check brings.
 const checkPage = 512

@@ -24,6 +24,9 @@ type bindingRecord struct {
 	ExpiresAt time.Time             `json:"expires_at"`
 	Steps     []preflight.BoundStep `json:"steps"`
 	Replica   string                `json:"replica"`
+	// OutputMaxBytes is the envelope's outputContract.maxBytes, for the
+	// replica that judges the tool's response.
+	OutputMaxBytes int64 `json:"output_max_bytes,omitempty"`
 }
 
 // sessionRecord is P s/<key>.
@@ -32,9 +35,11 @@ type sessionRecord struct {
 	RepairFrom int `json:"repair_from,omitempty"`
 }
 
-func encodeBinding(b *preflight.Binding, decision []byte, replica string) []byte {
+func encodeBinding(rec *wal.PreflightRecord, replica string) []byte {
+	b, decision := &rec.Binding, rec.Decision
 	meta, _ := json.Marshal(bindingRecord{AuditID: b.AuditID, Outcome: b.Outcome, ActorID: b.ActorID,
-		Tenant: b.Tenant, ExpiresAt: b.ExpiresAt.UTC(), Steps: b.Steps, Replica: replica})
+		Tenant: b.Tenant, ExpiresAt: b.ExpiresAt.UTC(), Steps: b.Steps, Replica: replica,
+		OutputMaxBytes: max(rec.OutputMaxBytes, 0)})
 	// encoding/json never writes a raw newline, so the first one ends it.
 	out := make([]byte, 0, len(meta)+1+len(decision))
 	out = append(out, meta...)
@@ -43,17 +48,23 @@ func encodeBinding(b *preflight.Binding, decision []byte, replica string) []byte
 }
 
 func decodeBinding(id string, v []byte) (preflight.Binding, []byte, error) {
+	b, _, d, err := decodeBindingRecord(id, v)
+	return b, d, err
+}
+
+// decodeBindingRecord is decodeBinding with the record's own fields.
+func decodeBindingRecord(id string, v []byte) (preflight.Binding, bindingRecord, []byte, error) {
 	i := bytes.IndexByte(v, '\n')
 	if i < 0 {
-		return preflight.Binding{}, nil, fmt.Errorf("%w: binding %s has no decision", wal.ErrCorrupt, id)
+		return preflight.Binding{}, bindingRecord{}, nil, fmt.Errorf("%w: binding %s has no decision", wal.ErrCorrupt, id)
 	}
 	var r bindingRecord
 	if err := json.Unmarshal(v[:i], &r); err != nil {
-		return preflight.Binding{}, nil, fmt.Errorf("%w: binding %s: %v", wal.ErrCorrupt, id, err)
+		return preflight.Binding{}, r, nil, fmt.Errorf("%w: binding %s: %v", wal.ErrCorrupt, id, err)
 	}
 	b := preflight.Binding{PreflightID: id, AuditID: r.AuditID, Outcome: r.Outcome, ActorID: r.ActorID,
 		Tenant: r.Tenant, ExpiresAt: r.ExpiresAt.UTC(), Steps: r.Steps}
-	return b, v[i+1:], nil
+	return b, r, v[i+1:], nil
 }
 
 // withLease runs a write with the current bucket's lease, granting one
@@ -122,7 +133,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 		err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
 			l := clientv3.WithLease(lease)
 			ops := []clientv3.Op{
-				clientv3.OpPut(s.p.binding(b.PreflightID), string(encodeBinding(b, rec.Decision, s.o.Replica)), l),
+				clientv3.OpPut(s.p.binding(b.PreflightID), string(encodeBinding(&rec, s.o.Replica)), l),
 				clientv3.OpPut(s.p.audit(b.AuditID), string(b.Outcome), l),
 				clientv3.OpPut(s.p.frame(frame.AuditID, s.o.Replica, frame.Seq), string(wal.EncodeFrame(&frame)), l),
 			}
@@ -148,7 +159,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			return wal.Frame{}, err
 		}
 		if ok {
-			s.remember(b.PreflightID, encodeBinding(b, rec.Decision, s.o.Replica), b.ExpiresAt)
+			s.remember(b.PreflightID, encodeBinding(&rec, s.o.Replica), b.ExpiresAt)
 			return frame, nil
 		}
 		// A guard moved between the read and the write: read again; an
@@ -251,18 +262,28 @@ func (s *Store) remember(id string, value []byte, until time.Time) {
 // bindingOf is a binding and its decision bytes, from remember's cache or
 // etcd.
 func (s *Store) bindingOf(ctx context.Context, id string) (preflight.Binding, []byte, error) {
-	if r, ok := s.recent.Get(id); ok && s.now().Before(r.until) {
-		return decodeBinding(id, r.value)
-	}
-	v, err := s.get(ctx, s.p.binding(id))
+	v, err := s.bindingValue(ctx, id)
 	if err != nil {
 		return preflight.Binding{}, nil, err
 	}
-	b, d, err := decodeBinding(id, v)
+	return decodeBinding(id, v)
+}
+
+// bindingValue is a binding's value in etcd, from remember's cache or
+// etcd.
+func (s *Store) bindingValue(ctx context.Context, id string) ([]byte, error) {
+	if r, ok := s.recent.Get(id); ok && s.now().Before(r.until) {
+		return r.value, nil
+	}
+	v, err := s.get(ctx, s.p.binding(id))
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := decodeBinding(id, v)
 	if err == nil {
 		s.remember(id, v, b.ExpiresAt)
 	}
-	return b, d, err
+	return v, err
 }
 
 // ChainStatus reports whether a preflight was recorded under auditID and

@@ -199,11 +199,16 @@ func (s *Server) closeStores() {
 
 // newGate builds the gate on store.
 func (s *Server) newGate(cfg *config.Config, store stateStore) *binding.Gate {
+	// Outcomes are judged from what every replica wrote on a shared store.
+	var outcomes binding.OutcomeStore = s.db
+	if s.etcd != nil {
+		outcomes = s.etcd
+	}
 	return binding.New(binding.Options{
 		Store:            store,
 		PeekInConsume:    s.etcd != nil,
 		Log:              store,
-		Outcomes:         s.db,
+		Outcomes:         outcomes,
 		Policy:           func() binding.Policy { return s.bundle.Load() },
 		Mode:             binding.Mode(cfg.ContractRefine.Mode),
 		Protocol:         binding.Protocol(cfg.Gate.Protocol),

@@ -1,0 +1,85 @@
+package etcdstore
+
+import (
+	"context"
+
+	"github.com/contractrefine/autonomy/binding"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// The outcome of a gated call on a shared store. The response may reach
+// another replica than the preflight or the Check did (Envoy's ext_proc
+// stream and the Check are separate calls), so the decision that let the
+// call through, the output contract and earlier outcomes are read from
+// what every replica wrote, and the outcome frame is copied like the
+// decision's: the audit join with include=outcome answers on every replica.
+
+var (
+	_ binding.OutcomeStore = (*Store)(nil)
+
+	outcomeKinds = []string{wal.KindOutcome}
+)
+
+// CallDecision is wal.DB.CallDecision over the decision frames every
+// replica wrote under auditID.
+func (s *Store) CallDecision(ctx context.Context, auditID, requestID string) (wal.Frame, error) {
+	frames, err := s.AuditFramesOf(ctx, auditID, []string{wal.KindDecision})
+	if err != nil {
+		return wal.Frame{}, err
+	}
+	var found *wal.Frame
+	for i := range frames {
+		a, err := frames[i].Decision()
+		if err != nil {
+			return wal.Frame{}, err
+		}
+		if a.LetThrough(requestID) {
+			found = &frames[i]
+		}
+	}
+	if found == nil {
+		return wal.Frame{}, wal.ErrNotFound
+	}
+	return *found, nil
+}
+
+// OutputMaxBytes returns the outputContract.maxBytes recorded with a
+// preflight's binding, 0 when it declared none.
+func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
+	v, err := s.bindingValue(ctx, preflightID)
+	if err != nil {
+		return 0, err
+	}
+	_, r, _, err := decodeBindingRecord(preflightID, v)
+	return r.OutputMaxBytes, err
+}
+
+// AppendOutcome appends the outcome frame to the replica's log and its
+// copy to etcd; it returns once both are durable.
+func (s *Store) AppendOutcome(ctx context.Context, rec wal.OutcomeRecord) (wal.Frame, error) {
+	f, err := s.log.AppendOutcome(ctx, rec)
+	if err != nil {
+		return f, err
+	}
+	return f, s.copyFrames(ctx, []wal.Frame{f})
+}
+
+// HasOutcome reports whether any replica recorded an outcome under auditID
+// for requestID's response.
+func (s *Store) HasOutcome(ctx context.Context, auditID, requestID string) (bool, error) {
+	frames, err := s.AuditFramesOf(ctx, auditID, outcomeKinds)
+	if err != nil {
+		return false, err
+	}
+	for i := range frames {
+		a, err := frames[i].Outcome()
+		if err != nil {
+			return false, err
+		}
+		if a.RequestID == requestID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
