@@ -1,7 +1,6 @@
 package etcdstore
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -81,14 +80,43 @@ const checkMargin = time.Minute
 // on a stopped replica's data directory (the server holds the WAL's lock),
 // while the other replicas serve.
 func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
-	rep := CheckReport{Replica: s.o.Replica, Prefix: s.o.Prefix, Problems: []CheckProblem{},
-		Since: now.Add(-s.o.RecordTTL + checkMargin).UTC()}
-	copies := map[uint64]*etcdCopy{}
-	bindings := map[string]*etcdBinding{}
-	markers := map[string][]*etcdMarker{}
+	c := &checkRun{rep: CheckReport{Replica: s.o.Replica, Prefix: s.o.Prefix, Problems: []CheckProblem{},
+		Since: now.Add(-s.o.RecordTTL + checkMargin).UTC()},
+		copies: map[uint64]*etcdCopy{}, bindings: map[string]*etcdBinding{}, markers: map[string][]*etcdMarker{}}
+	if err := s.readRecords(ctx, c); err != nil {
+		return c.rep, err
+	}
+	// The WAL from as far back as etcd may still hold records (record_ttl
+	// and one lease bucket), so every record can find its frame.
+	from := now.Add(-s.o.RecordTTL - s.leases.width() - checkMargin)
+	err := s.log.Frames(ctx, wal.ExportFilter{Since: from, Kinds: copiedKinds}, func(f *wal.Frame) error {
+		if frameReplica(f) == s.o.Replica {
+			c.matchFrame(f)
+		}
+		return nil
+	})
+	if err != nil {
+		return c.rep, err
+	}
+	c.unmatched(s.o.Replica)
+	sortProblems(c.rep.Problems)
+	return c.rep, nil
+}
 
+// checkRun is one Check: the report, and the records this replica wrote
+// as etcd holds them, each marked seen once a frame of the WAL matched it.
+type checkRun struct {
+	rep      CheckReport
+	copies   map[uint64]*etcdCopy     // by seq
+	bindings map[string]*etcdBinding  // by preflight id
+	markers  map[string][]*etcdMarker // by preflight id
+}
+
+// readRecords reads the frame copies this replica wrote, the bindings and
+// the consumed markers, at one revision.
+func (s *Store) readRecords(ctx context.Context, c *checkRun) error {
 	framesPfx := string(s.p) + "f/"
-	err := s.scan(ctx, framesPfx, &rep.Revision, func(kv *mvccpb.KeyValue) error {
+	err := s.scan(ctx, framesPfx, &c.rep.Revision, func(kv *mvccpb.KeyValue) error {
 		// P f/<audit_id>/<replica>/<seq>; ids carry no slash.
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), framesPfx), "/")
 		if len(parts) < 3 || strings.Join(parts[1:len(parts)-1], "/") != s.o.Replica {
@@ -98,31 +126,27 @@ func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
 		if err != nil {
 			return fmt.Errorf("frame copy %s: %w", kv.Key, err)
 		}
-		copies[f.Seq] = &etcdCopy{key: string(kv.Key), f: f}
+		c.copies[f.Seq] = &etcdCopy{key: string(kv.Key), f: f}
 		return nil
 	})
 	if err != nil {
-		return rep, err
+		return err
 	}
 	bindingsPfx := s.p.binding("")
-	err = s.scan(ctx, bindingsPfx, &rep.Revision, func(kv *mvccpb.KeyValue) error {
+	err = s.scan(ctx, bindingsPfx, &c.rep.Revision, func(kv *mvccpb.KeyValue) error {
 		id := strings.TrimPrefix(string(kv.Key), bindingsPfx)
-		var r bindingRecord
-		i := bytes.IndexByte(kv.Value, '\n')
-		if i < 0 {
-			return fmt.Errorf("%w: binding %s has no decision", wal.ErrCorrupt, id)
+		_, r, _, err := decodeBindingRecord(id, kv.Value)
+		if err != nil {
+			return err
 		}
-		if err := json.Unmarshal(kv.Value[:i], &r); err != nil {
-			return fmt.Errorf("%w: binding %s: %v", wal.ErrCorrupt, id, err)
-		}
-		bindings[id] = &etcdBinding{key: string(kv.Key), auditID: r.AuditID, replica: r.Replica}
+		c.bindings[id] = &etcdBinding{key: string(kv.Key), auditID: r.AuditID, replica: r.Replica}
 		return nil
 	})
 	if err != nil {
-		return rep, err
+		return err
 	}
 	markersPfx := string(s.p) + "c/"
-	err = s.scan(ctx, markersPfx, &rep.Revision, func(kv *mvccpb.KeyValue) error {
+	return s.scan(ctx, markersPfx, &c.rep.Revision, func(kv *mvccpb.KeyValue) error {
 		rest := strings.TrimPrefix(string(kv.Key), markersPfx)
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
@@ -133,95 +157,82 @@ func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
 			return fmt.Errorf("%w: marker %q: %v", wal.ErrCorrupt, kv.Key, err)
 		}
 		id := rest[:i]
-		markers[id] = append(markers[id], &etcdMarker{key: string(kv.Key), m: m})
+		c.markers[id] = append(c.markers[id], &etcdMarker{key: string(kv.Key), m: m})
 		return nil
 	})
-	if err != nil {
-		return rep, err
-	}
+}
 
-	// The WAL from as far back as etcd may still hold records (record_ttl
-	// and one lease bucket), so every record can find its frame.
-	from := now.Add(-s.o.RecordTTL - s.leases.width() - checkMargin)
-	err = s.log.Frames(ctx, wal.ExportFilter{Since: from, Kinds: copiedKinds}, func(f *wal.Frame) error {
-		if frameReplica(f) != s.o.Replica {
-			return nil
-		}
-		at, _ := time.Parse(wal.TimestampFormat, f.Timestamp)
-		inWindow := !at.Before(rep.Since)
+// matchFrame marks the records frame f of this replica accounts for, and
+// reports what etcd lacks for a frame younger than record_ttl.
+func (c *checkRun) matchFrame(f *wal.Frame) {
+	at, _ := time.Parse(wal.TimestampFormat, f.Timestamp)
+	inWindow := !at.Before(c.rep.Since)
+	if inWindow {
+		c.rep.Frames++
+	}
+	problem := func(p string) {
 		if inWindow {
-			rep.Frames++
+			c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: p, Seq: f.Seq, Kind: f.Kind, AuditID: f.AuditID,
+				PreflightID: attrString(f, "preflight_id")})
 		}
-		problem := func(p string) {
-			if inWindow {
-				rep.Problems = append(rep.Problems, CheckProblem{Problem: p, Seq: f.Seq, Kind: f.Kind, AuditID: f.AuditID,
-					PreflightID: attrString(f, "preflight_id")})
-			}
+	}
+	if cp := c.copies[f.Seq]; cp != nil {
+		cp.seen = true
+		if cp.f.Hash != f.Hash {
+			c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: ProblemCopyDiffers, Seq: f.Seq, Kind: f.Kind,
+				Key: cp.key, AuditID: f.AuditID})
 		}
-		if c := copies[f.Seq]; c != nil {
-			c.seen = true
-			if c.f.Hash != f.Hash {
-				rep.Problems = append(rep.Problems, CheckProblem{Problem: ProblemCopyDiffers, Seq: f.Seq, Kind: f.Kind,
-					Key: c.key, AuditID: f.AuditID})
-			}
+	} else {
+		problem(ProblemFrameWithoutCopy)
+	}
+	switch f.Kind {
+	case wal.KindPreflight:
+		if b := c.bindings[attrString(f, "preflight_id")]; b != nil {
+			b.seen = true
 		} else {
-			problem(ProblemFrameWithoutCopy)
+			problem(ProblemFrameWithoutBinding)
 		}
-		switch f.Kind {
-		case wal.KindPreflight:
-			if b := bindings[attrString(f, "preflight_id")]; b != nil {
-				b.seen = true
-			} else {
-				problem(ProblemFrameWithoutBinding)
-			}
-		case wal.KindConsumed:
-			found := false
-			for _, m := range markers[attrString(f, "preflight_id")] {
-				if !m.seen && m.m.RequestID == attrString(f, "request_id") {
-					m.seen, found = true, true
-					break
-				}
-			}
-			if !found {
-				problem(ProblemFrameWithoutMarker)
+	case wal.KindConsumed:
+		for _, m := range c.markers[attrString(f, "preflight_id")] {
+			if !m.seen && m.m.RequestID == attrString(f, "request_id") {
+				m.seen = true
+				return
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return rep, err
+		problem(ProblemFrameWithoutMarker)
 	}
+}
 
-	for seq, c := range copies {
-		rep.Copies++
-		if !c.seen {
-			rep.Problems = append(rep.Problems, CheckProblem{Problem: ProblemCopyWithoutFrame, Seq: seq, Kind: c.f.Kind,
-				Key: c.key, AuditID: c.f.AuditID})
+// unmatched reports the records replica wrote that no frame matched.
+func (c *checkRun) unmatched(replica string) {
+	for seq, cp := range c.copies {
+		c.rep.Copies++
+		if !cp.seen {
+			c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: ProblemCopyWithoutFrame, Seq: seq, Kind: cp.f.Kind,
+				Key: cp.key, AuditID: cp.f.AuditID})
 		}
 	}
-	for id, b := range bindings {
-		if b.replica != s.o.Replica {
+	for id, b := range c.bindings {
+		if b.replica != replica {
 			continue
 		}
-		rep.Bindings++
+		c.rep.Bindings++
 		if !b.seen {
-			rep.Problems = append(rep.Problems, CheckProblem{Problem: ProblemBindingWithoutFrame, Key: b.key,
+			c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: ProblemBindingWithoutFrame, Key: b.key,
 				AuditID: b.auditID, PreflightID: id})
 		}
 	}
-	for id, ms := range markers {
+	for id, ms := range c.markers {
 		for _, m := range ms {
-			if m.m.Replica != s.o.Replica {
+			if m.m.Replica != replica {
 				continue
 			}
-			rep.Markers++
+			c.rep.Markers++
 			if !m.seen {
-				rep.Problems = append(rep.Problems, CheckProblem{Problem: ProblemMarkerWithoutFrame, Key: m.key, PreflightID: id})
+				c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: ProblemMarkerWithoutFrame, Key: m.key, PreflightID: id})
 			}
 		}
 	}
-	sortProblems(rep.Problems)
-	return rep, nil
 }
 
 type etcdCopy struct {
