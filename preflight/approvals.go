@@ -1,8 +1,6 @@
 package preflight
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,20 +142,9 @@ const MaxApprovalComment = 4096
 // Pointer.
 func DecodeApprovalBody(body []byte) (ApprovalBody, *RequestError) {
 	var out ApprovalBody
-	if len(bytes.TrimSpace(body)) == 0 {
-		return out, malformed("", "request body is empty")
-	}
-	if err := canon.CheckText(body); err != nil {
-		return out, malformed("", "request body is not valid UTF-8 text")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	d := &requestDecoder{dec: dec}
-	tok, rerr := d.token("")
+	d, rerr := openObject(body, false)
 	if rerr != nil {
 		return out, rerr
-	}
-	if tok != json.Delim('{') {
-		return out, typeError("", "an object", tok)
 	}
 	sawDecision := false
 	rerr = d.members("", func(name, path string) *RequestError {
@@ -176,7 +163,7 @@ func DecodeApprovalBody(body []byte) (ApprovalBody, *RequestError) {
 	if rerr != nil {
 		return ApprovalBody{}, rerr
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := d.dec.Token(); !errors.Is(err, io.EOF) {
 		return ApprovalBody{}, malformed("", "unexpected data after the JSON document")
 	}
 	switch {

@@ -624,3 +624,33 @@ func tokenKind(tok json.Token) string {
 	}
 	return "an unexpected token"
 }
+
+// openObject starts decoding body, one JSON object of UTF-8 text, for the
+// small bodies of the API (an approval, an outcome report): the decoder
+// stands after the object's opening brace. values says the object holds
+// arbitrary values: numbers are kept as their text, and the nesting is
+// bounded first by MaxNesting.
+func openObject(body []byte, values bool) (*requestDecoder, *RequestError) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, malformed("", "request body is empty")
+	}
+	if err := canon.CheckText(body); err != nil {
+		return nil, malformed("", "request body is not valid UTF-8 text")
+	}
+	if values && nestingExceeds(body, MaxNesting) {
+		return nil, malformed("", fmt.Sprintf("JSON nesting is deeper than %d levels", MaxNesting))
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if values {
+		dec.UseNumber()
+	}
+	d := &requestDecoder{dec: dec}
+	tok, rerr := d.token("")
+	if rerr != nil {
+		return nil, rerr
+	}
+	if tok != json.Delim('{') {
+		return nil, typeError("", "an object", tok)
+	}
+	return d, nil
+}

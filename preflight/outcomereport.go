@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,24 +40,9 @@ const MaxReportID = 4096
 // JSON Pointer. request and result are returned in canonical JSON.
 func DecodeOutcomeReport(body []byte) (OutcomeReport, *RequestError) {
 	var out OutcomeReport
-	if len(bytes.TrimSpace(body)) == 0 {
-		return out, malformed("", "request body is empty")
-	}
-	if err := canon.CheckText(body); err != nil {
-		return out, malformed("", "request body is not valid UTF-8 text")
-	}
-	if nestingExceeds(body, MaxNesting) {
-		return out, malformed("", fmt.Sprintf("JSON nesting is deeper than %d levels", MaxNesting))
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	d := &requestDecoder{dec: dec}
-	tok, rerr := d.token("")
+	d, rerr := openObject(body, true)
 	if rerr != nil {
 		return out, rerr
-	}
-	if tok != json.Delim('{') {
-		return out, typeError("", "an object", tok)
 	}
 	var sawRequest, sawResult, sawStatus bool
 	rerr = d.members("", func(name, path string) *RequestError {
@@ -89,7 +73,7 @@ func DecodeOutcomeReport(body []byte) (OutcomeReport, *RequestError) {
 	if rerr != nil {
 		return OutcomeReport{}, rerr
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := d.dec.Token(); !errors.Is(err, io.EOF) {
 		return OutcomeReport{}, malformed("", "unexpected data after the JSON document")
 	}
 	for _, f := range []struct {

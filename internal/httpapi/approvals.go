@@ -118,14 +118,8 @@ func (a *API) routeApprovals() {
 
 // postApproval records one person's decision on one step.
 func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
-	var ap Approver
-	ok := false
-	if a.o.Approvers != nil {
-		ap, ok = a.o.Approvers.Approver(r)
-	}
+	ap, ok := a.bearer(w, r, "decide an approval")
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
-		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required to decide an approval.", false)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.o.MaxBodyBytes, 64<<10)))
@@ -325,4 +319,17 @@ func NoticeOf(b *preflight.Binding, now time.Time) PendingNotice {
 		n.Approvals = append(n.Approvals, ViewOf(&a, now))
 	}
 	return n
+}
+
+// bearer is the token entry of a request that must carry one to do what;
+// without a valid token it answers 401 with the Bearer challenge.
+func (a *API) bearer(w http.ResponseWriter, r *http.Request, what string) (Approver, bool) {
+	if a.o.Approvers != nil {
+		if ap, ok := a.o.Approvers.Approver(r); ok {
+			return ap, true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
+	a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required to "+what+".", false)
+	return Approver{}, false
 }

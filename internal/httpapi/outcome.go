@@ -46,14 +46,8 @@ func (a *API) routeOutcome() {
 // enforce mode is answered with the 502 and body of docs/API.md, for the
 // runtime to return instead of its result.
 func (a *API) postOutcome(w http.ResponseWriter, r *http.Request) {
-	var ap Approver
-	ok := false
-	if a.o.Approvers != nil {
-		ap, ok = a.o.Approvers.Approver(r)
-	}
+	ap, ok := a.bearer(w, r, "report an outcome")
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
-		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required to report an outcome.", false)
 		return
 	}
 	if !slices.Contains(ap.Roles, RoleOutcomeReporter) {
