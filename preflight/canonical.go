@@ -85,7 +85,7 @@ func writeEligibility(w *canon.Writer, e *Eligibility) {
 			w.Name("args_digest")
 			w.String(a.ArgsDigest)
 			w.Name("authorities")
-			canon.Array(w, a.Authorities, func(s *string) { w.String(*s) })
+			w.Strings(a.Authorities)
 			w.Name("expires_at")
 			w.String(a.ExpiresAt)
 			w.Name("step_id")
@@ -96,7 +96,7 @@ func writeEligibility(w *canon.Writer, e *Eligibility) {
 		})
 	}
 	w.Name("bound_tool_kinds")
-	canon.Array(w, e.BoundToolKinds, func(k *string) { w.String(*k) })
+	w.Strings(e.BoundToolKinds)
 	w.Name("expires_at")
 	w.String(e.ExpiresAt)
 	if e.RequiredRollback != "" {

@@ -44,7 +44,7 @@ func writeStrings(w *canon.Writer, xs []string) {
 	if xs == nil {
 		xs = []string{}
 	}
-	canon.Array(w, xs, func(s *string) { w.String(*s) })
+	w.Strings(xs)
 }
 
 func writeTime(w *canon.Writer, t time.Time) {

@@ -85,6 +85,10 @@ func (w *Writer) Bytes() ([]byte, error) {
 	return w.buf.Bytes(), nil
 }
 
+// Strings writes xs as a JSON array of strings, and a nil slice as null,
+// as encoding/json does.
+func (w *Writer) Strings(xs []string) { Array(w, xs, func(s *string) { w.String(*s) }) }
+
 // Array writes xs as a JSON array, each element by elem, and a nil slice as
 // null, as encoding/json does.
 func Array[T any](w *Writer, xs []T, elem func(*T)) {
