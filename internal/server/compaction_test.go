@@ -1,38 +1,17 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/contractrefine/autonomy/internal/config"
 )
-
-// lockedBuffer is a log sink the server's goroutines may write concurrently.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestBackgroundCompaction runs a real server whose clock the test moves:
 // once a recorded preflight is older than wal.retention and its binding has
@@ -42,38 +21,12 @@ func TestBackgroundCompaction(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	cfg := config.Default()
-	cfg.HTTPAddr, cfg.GRPCAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.ContractRefine.Mode = config.ModeEnforce
-	cfg.ContractRefine.BindingWindow = time.Minute
-	cfg.WAL.Retention = time.Hour
-	cfg.WAL.CompactionInterval = 20 * time.Millisecond
-	logs := &lockedBuffer{}
-	bound := make(chan Addrs, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := New(ctx, cfg, Options{Now: now, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		Listening: func(a Addrs) { bound <- a }})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	var base string
-	select {
-	case a := <-bound:
-		base = "http://" + a.HTTP
-	case err := <-done:
-		t.Fatalf("server stopped before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server did not listen within 30s")
-	}
+	e := obsStart(t, func(c *config.Config) {
+		c.ContractRefine.BindingWindow = time.Minute
+		c.WAL.Retention = time.Hour
+		c.WAL.CompactionInterval = 20 * time.Millisecond
+	}, Options{Now: now})
+	base, srv, logs := e.base, e.srv, e.logs
 
 	plan := `{"intent":{"summary":"echo","plan_hash":"plan-compaction"},
 	  "plan":{"steps":[{"id":"s1","kind":"tool.echo","zone":"any","args":{}}]},
