@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/contractrefine/autonomy/binding"
 
@@ -22,8 +23,14 @@ var (
 )
 
 // CallDecision is wal.DB.CallDecision over the decision frames every
-// replica wrote under auditID.
+// replica wrote under auditID. This replica's own log answers first: the
+// response usually comes back through the replica that let the call
+// through, and a retry allowed on another replica (the same request id)
+// bound the same step, kind and args.
 func (s *Store) CallDecision(ctx context.Context, auditID, requestID string) (wal.Frame, error) {
+	if f, err := s.log.CallDecision(ctx, auditID, requestID); !errors.Is(err, wal.ErrNotFound) {
+		return f, err
+	}
 	frames, err := s.AuditFramesOf(ctx, auditID, []string{wal.KindDecision})
 	if err != nil {
 		return wal.Frame{}, err
