@@ -177,15 +177,7 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 	}
 	rep := &report{Machine: fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d)", runtime.GOOS, runtime.GOARCH,
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))}
-	fmt.Fprintf(out, "machine: %s; %s per scenario; concurrency %v\n", rep.Machine, cfg.duration, cfg.conc)
-	if len(cfg.serviceEnv) > 0 {
-		fmt.Fprintf(out, "service environment: %s\n", strings.Join(cfg.serviceEnv, " "))
-	}
-	if cfg.noDecisionLog {
-		fmt.Fprintln(out, "service: log.decisions false (no decision log lines)")
-	} else {
-		fmt.Fprintln(out, "service: one decision log line per decision, to a file (the default)")
-	}
+	printSettings(out, cfg, rep)
 
 	// The store's floor, measured between the serial consumes.
 	least, err := newLeastWriter(filepath.Join(work, "least"))
@@ -225,22 +217,7 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 	svc.least = least
 	floorHTTP := "http://" + faddrs.HTTP
 	for _, conc := range cfg.conc {
-		r := withCPU(floors.pid(), func() result {
-			return drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
-				return check(ctx, floorAC, cl.checkRequest("tool.echo", "pf_floorfloorfloorfloor"), codes.OK, "")
-			})
-		})
-		rep.add(out, targetFloor, scFloorCheck, r)
-		r = withCPU(floors.pid(), func() result {
-			return drive(ctx, conc, cfg.duration, 0, func(ctx context.Context, i int) error {
-				_, err := cl.preflight(ctx, floorHTTP)
-				if err != nil && strings.Contains(err.Error(), "want pass") {
-					err = nil
-				}
-				return err
-			})
-		})
-		rep.add(out, targetFloor, scFloorHTTP, r)
+		measureFloors(ctx, rep, out, cl, floors, floorAC, floorHTTP, conc, cfg.duration)
 		if opa != nil {
 			opa.measure(ctx, rep, out, cl, conc, cfg.duration)
 		}
@@ -267,23 +244,21 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		return nil, err
 	}
 
-	if cfg.etcd {
-		if err := etcdRun(ctx, cfg, cl, rep, out, filepath.Join(work, "etcd")); err != nil {
-			return nil, err
+	// The runs each on a service of its own, in this order.
+	for _, x := range []struct {
+		on  bool
+		dir string
+		run func(context.Context, settings, *client, *report, io.Writer, string) error
+	}{
+		{cfg.etcd, "etcd", etcdRun},
+		{cfg.fill > 0, "filled", fillRun},
+		{cfg.cached > 0, "cached", cachedRun},
+		{cfg.frames > 0, "frames", framesRun},
+	} {
+		if !x.on {
+			continue
 		}
-	}
-	if cfg.fill > 0 {
-		if err := fillRun(ctx, cfg, cl, rep, out, filepath.Join(work, "filled")); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.cached > 0 {
-		if err := cachedRun(ctx, cfg, cl, rep, out, filepath.Join(work, "cached")); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.frames > 0 {
-		if err := framesRun(ctx, cfg, cl, rep, out, filepath.Join(work, "frames")); err != nil {
+		if err := x.run(ctx, cfg, cl, rep, out, filepath.Join(work, x.dir)); err != nil {
 			return nil, err
 		}
 	}
@@ -297,6 +272,42 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// printSettings prints what the run measures on: the machine and the
+// service's settings.
+func printSettings(out io.Writer, cfg settings, rep *report) {
+	fmt.Fprintf(out, "machine: %s; %s per scenario; concurrency %v\n", rep.Machine, cfg.duration, cfg.conc)
+	if len(cfg.serviceEnv) > 0 {
+		fmt.Fprintf(out, "service environment: %s\n", strings.Join(cfg.serviceEnv, " "))
+	}
+	if cfg.noDecisionLog {
+		fmt.Fprintln(out, "service: log.decisions false (no decision log lines)")
+	} else {
+		fmt.Fprintln(out, "service: one decision log line per decision, to a file (the default)")
+	}
+}
+
+// measureFloors runs the trivial gRPC Check and HTTP servers' scenarios at
+// conc, with the CPU their process spent per call.
+func measureFloors(ctx context.Context, rep *report, out io.Writer, cl *client, floors *proc,
+	floorAC authv3.AuthorizationClient, floorHTTP string, conc int, d time.Duration) {
+	r := withCPU(floors.pid(), func() result {
+		return drive(ctx, conc, d, 0, func(ctx context.Context, i int) error {
+			return check(ctx, floorAC, cl.checkRequest("tool.echo", "pf_floorfloorfloorfloor"), codes.OK, "")
+		})
+	})
+	rep.add(out, targetFloor, scFloorCheck, r)
+	r = withCPU(floors.pid(), func() result {
+		return drive(ctx, conc, d, 0, func(ctx context.Context, i int) error {
+			_, err := cl.preflight(ctx, floorHTTP)
+			if err != nil && strings.Contains(err.Error(), "want pass") {
+				err = nil
+			}
+			return err
+		})
+	})
+	rep.add(out, targetFloor, scFloorHTTP, r)
 }
 
 // service is a running autonomy serve with a client on it.
