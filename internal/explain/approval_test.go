@@ -165,7 +165,7 @@ func TestExplainApprovalFormSubmittedInChromium(t *testing.T) {
 	pageURL := base + "/ui/audit/" + auditID
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-quic", true))
+		chromedp.DisableGPU, chromedp.UserDataDir(profileDir(t)), chromedp.Flag("disable-quic", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(actx)

@@ -108,7 +108,7 @@ func runChromium(t *testing.T, chromium string, args ...string) []byte {
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir()}
+		"--user-data-dir=" + profileDir(t)}
 	cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -116,6 +116,34 @@ func runChromium(t *testing.T, chromium string, args ...string) []byte {
 		t.Fatalf("chromium %s: %v\nstderr (tail): %s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
 	}
 	return stdout.Bytes()
+}
+
+// profileDir is a Chromium profile directory removed when the test ends.
+// Chromium's helper processes (crashpad, the zygote) can still be writing
+// into it for a moment after the browser itself has exited, so, unlike
+// t.TempDir, the removal tries again until the directory is gone, for up
+// to ten seconds, and only then fails the test.
+func profileDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "autonomy-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("removing the chromium profile: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 func tail(s string, n int) string {
