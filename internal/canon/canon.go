@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,13 +65,6 @@ func canonical(v any, use func([]byte)) error {
 			raw = b
 		}
 	}
-	if parse {
-		parsed, err := Parse(raw)
-		if err != nil {
-			return err
-		}
-		v = parsed
-	}
 	buf := bufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
@@ -79,6 +72,19 @@ func canonical(v any, use func([]byte)) error {
 			bufs.Put(buf)
 		}
 	}()
+	if parse {
+		if writeText(buf, raw) {
+			use(buf.Bytes())
+			return nil
+		}
+		// Text writeText does not take is parsed, which decides.
+		buf.Reset()
+		parsed, err := Parse(raw)
+		if err != nil {
+			return err
+		}
+		v = parsed
+	}
 	if err := write(buf, v); err != nil {
 		return err
 	}
@@ -210,25 +216,30 @@ func write(buf *bytes.Buffer, v any) error {
 }
 
 // sortUTF16 orders names by their UTF-16 code units, as RFC 8785 requires.
-// Byte order agrees with it except where a supplementary-plane character
-// meets one in U+E000..U+FFFF, so the slower comparison runs only then.
-func sortUTF16(keys []string) {
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if isBMPOnly(a) && isBMPOnly(b) {
-			return a < b
-		}
-		ua, ub := utf16.Encode([]rune(a)), utf16.Encode([]rune(b))
-		for k := 0; k < len(ua) && k < len(ub); k++ {
-			if ua[k] != ub[k] {
-				return ua[k] < ub[k]
+func sortUTF16(keys []string) { slices.SortFunc(keys, compareUTF16[string]) }
+
+// compareUTF16 compares two names by their UTF-16 code units. Byte order
+// agrees with it except where a supplementary-plane character meets one in
+// U+E000..U+FFFF, so the slower comparison runs only then.
+func compareUTF16[S ~string | ~[]byte](a, b S) int {
+	if isBMPOnly(a) && isBMPOnly(b) {
+		for i := 0; i < len(a) && i < len(b); i++ {
+			if a[i] != b[i] {
+				return int(a[i]) - int(b[i])
 			}
 		}
-		return len(ua) < len(ub)
-	})
+		return len(a) - len(b)
+	}
+	ua, ub := utf16.Encode([]rune(string(a))), utf16.Encode([]rune(string(b)))
+	for k := 0; k < len(ua) && k < len(ub); k++ {
+		if ua[k] != ub[k] {
+			return int(ua[k]) - int(ub[k])
+		}
+	}
+	return len(ua) - len(ub)
 }
 
-func isBMPOnly(s string) bool {
+func isBMPOnly[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0xF0 {
 			return false
