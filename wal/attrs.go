@@ -14,6 +14,8 @@ import (
 type encodedAttrs struct {
 	canonical []byte
 	packed    []byte // nil: stored as they are
+	// replicaSet: withReplica has run, so canonical names a replica.
+	replicaSet bool
 }
 
 // CanonicalAttrs is frame attrs already in canonical JSON, written by
@@ -60,11 +62,17 @@ func EncodeAttrs(v any) ([]byte, error) {
 	return b, nil
 }
 
-// preEncode returns in with its attrs encoded.
-func preEncode(in FrameInput) (FrameInput, error) {
+// preEncode returns in with its attrs encoded and, when the log names its
+// replica, naming it: the commit loop then only appends them.
+func (db *DB) preEncode(in FrameInput) (FrameInput, error) {
 	e, err := encodeAttrs(in.Attrs)
 	if err != nil {
 		return in, err
+	}
+	if db.opts.Replica != "" {
+		if e, err = e.withReplica(db.opts.Replica); err != nil {
+			return in, err
+		}
 	}
 	in.Attrs = e
 	return in, nil
@@ -76,12 +84,15 @@ const AttrReplica = "replica"
 // withReplica returns e with "replica" set to name, unless the attrs name a
 // replica already.
 func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
+	if e.replicaSet {
+		return e, nil
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(e.canonical, &m); err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
 	if _, ok := m[AttrReplica]; ok {
-		return e, nil
+		return &encodedAttrs{canonical: e.canonical, packed: e.packed, replicaSet: true}, nil
 	}
 	v, _ := json.Marshal(name)
 	m[AttrReplica] = v
@@ -89,5 +100,5 @@ func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
-	return &encodedAttrs{canonical: b, packed: packAttrs(b)}, nil
+	return &encodedAttrs{canonical: b, packed: packAttrs(b), replicaSet: true}, nil
 }

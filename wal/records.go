@@ -447,7 +447,7 @@ func (tx *Tx) eachAudit(auditID string, fn func(Frame) (bool, error)) error {
 
 // AppendDecision durably appends one frame, typically an autonomy.decision.
 func (db *DB) AppendDecision(ctx context.Context, in FrameInput) (Frame, error) {
-	in, err := preEncode(in)
+	in, err := db.preEncode(in)
 	if err != nil {
 		return Frame{}, err
 	}

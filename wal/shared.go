@@ -17,6 +17,11 @@ func (db *DB) AppendPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 // step, and r.Decision's frame when r.Decision is set. No marker is
 // written.
 func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeResult) ([]Frame, error) {
+	return db.AppendStaged(ctx, r.ConsumeFrames(res), nil)
+}
+
+// ConsumeFrames are the frames AppendConsume appends for res.
+func (r *ConsumeRequest) ConsumeFrames(res ConsumeResult) []FrameInput {
 	var ins []FrameInput
 	if res.Status == Consumed {
 		ins = append(ins, r.consumedFrame(res))
@@ -24,14 +29,27 @@ func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeRe
 	if r.Decision != nil {
 		ins = append(ins, r.Decision(res))
 	}
+	return ins
+}
+
+// AppendStaged durably appends ins in one commit, telling staged the
+// frames once their seqs and hashes are final and before the commit goes
+// to the disk (UpdateStaged); nil staged is told nothing. When staged was
+// told and AppendStaged then fails, the frames it was told are not in the
+// log.
+func (db *DB) AppendStaged(ctx context.Context, ins []FrameInput, staged func([]Frame)) ([]Frame, error) {
 	for i := range ins {
 		var err error
-		if ins[i], err = preEncode(ins[i]); err != nil {
+		if ins[i], err = db.preEncode(ins[i]); err != nil {
 			return nil, err
 		}
 	}
 	var frames []Frame
-	err := db.Update(ctx, func(tx *Tx) error {
+	var tell func()
+	if staged != nil {
+		tell = func() { staged(frames) }
+	}
+	err := db.UpdateStaged(ctx, func(tx *Tx) error {
 		frames = frames[:0]
 		for _, in := range ins {
 			f, err := tx.Append(in)
@@ -41,7 +59,7 @@ func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeRe
 			frames = append(frames, f)
 		}
 		return nil
-	})
+	}, tell)
 	return frames, err
 }
 

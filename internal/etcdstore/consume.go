@@ -112,17 +112,15 @@ func (s *Store) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResu
 // Consume spends one unconsumed step of r.Kind: one transaction on the
 // first matching step's marker, and on failure one more per step that the
 // answer shows free (doc.go, "Consume-once"). The frames follow the
-// marker: the replica's log, then their copies in etcd.
+// marker: the replica's log and, sent while its commit goes to the disk,
+// their copies in etcd.
 func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	res, err := s.spend(ctx, &r)
 	if err != nil {
 		return res, err
 	}
-	frames, err := s.log.AppendConsume(ctx, r, res)
-	if err != nil {
-		return res, err
-	}
-	return res, s.copyFrames(ctx, frames)
+	_, err = s.logAndCopy(ctx, r.ConsumeFrames(res))
+	return res, err
 }
 
 // spend decides the consume in etcd.

@@ -20,14 +20,67 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	req := &copyRequest{frames: frames, done: make(chan error, 1)}
-	select {
-	case s.copies <- req:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
-	case <-s.bg.Done():
-		return fmt.Errorf("%w: store closed", ErrUnavailable)
+	return s.copied(ctx, s.startCopy(frames))
+}
+
+// logAndCopy appends ins to the replica's log and copies them to etcd,
+// and returns once both are durable. The copy is sent as soon as the
+// frames' seqs and hashes are final, before the log's commit goes to the
+// disk (wal.DB.AppendStaged), so its round trip overlaps the fsync
+// instead of following it. Should the local commit fail after the copy
+// was sent, the copy is deleted again, best effort (doc.go, "Frames").
+func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
+	var req *copyRequest
+	frames, err := s.log.AppendStaged(ctx, ins, func(fs []wal.Frame) {
+		if len(fs) > 0 {
+			req = s.startCopy(slices.Clone(fs))
+		}
+		if s.afterStaged != nil {
+			s.afterStaged()
+		}
+	})
+	if req == nil {
+		return frames, err
 	}
+	cerr := s.copied(ctx, req)
+	if err != nil {
+		// Whether or not the copy's answer came, it may have committed.
+		s.dropCopies(req.frames)
+		return nil, err
+	}
+	return frames, cerr
+}
+
+// dropCopies deletes the copies of frames a failed local commit left
+// without their originals. A copy it cannot delete is what
+// `autonomy wal check-store` reports as a record naming a frame the
+// replica lacks.
+func (s *Store) dropCopies(frames []wal.Frame) {
+	ops := make([]clientv3.Op, len(frames))
+	for i := range frames {
+		ops[i] = clientv3.OpDelete(s.p.frame(frames[i].AuditID, s.o.Replica, frames[i].Seq))
+	}
+	octx, cancel := s.opCtx(s.bg)
+	defer cancel()
+	_, err := s.cli.Txn(octx).Then(ops...).Commit()
+	if err = s.seen(octx, err); err != nil {
+		s.logger.Error("etcd: a frame copy outlived its failed local commit", "frames", len(frames), "err", err)
+	}
+}
+
+// startCopy queues frames for a copy transaction without waiting: it is
+// called from the log's commit loop (logAndCopy).
+func (s *Store) startCopy(frames []wal.Frame) *copyRequest {
+	req := &copyRequest{frames: frames, done: make(chan error, 1)}
+	s.copyMu.Lock()
+	s.pending = append(s.pending, req)
+	s.copyMu.Unlock()
+	s.wakeCopier()
+	return req
+}
+
+// copied waits for req's copy transaction.
+func (s *Store) copied(ctx context.Context, req *copyRequest) error {
 	select {
 	case err := <-req.done:
 		return err
@@ -51,42 +104,62 @@ type copyRequest struct {
 	done   chan error
 }
 
-// copier gathers the copy requests waiting when it is free, up to
-// maxCopyOps frames, and writes them in one transaction (group commit);
-// every request of it gets that transaction's error. It runs until the
-// store is closed.
+// wakeCopier tells a free copier that copies wait.
+func (s *Store) wakeCopier() {
+	select {
+	case s.copyWake <- struct{}{}:
+	default:
+	}
+}
+
+// takeCopies removes from the queue the requests one transaction takes:
+// the oldest, then the next while their frames fit in maxCopyOps (a
+// request alone may have more; it then has a transaction of its own), and
+// their count of frames.
+func (s *Store) takeCopies() ([]*copyRequest, int) {
+	s.copyMu.Lock()
+	defer s.copyMu.Unlock()
+	n, k := 0, 0
+	for k < len(s.pending) && (k == 0 || n+len(s.pending[k].frames) <= maxCopyOps) {
+		n += len(s.pending[k].frames)
+		k++
+	}
+	batch := slices.Clone(s.pending[:k])
+	s.pending = slices.Delete(s.pending, 0, k)
+	if len(s.pending) > 0 {
+		s.wakeCopier()
+	}
+	return batch, n
+}
+
+// copier writes the copies waiting when it is free, up to maxCopyOps
+// frames, in one transaction (group commit); every request of it gets
+// that transaction's error. It runs until the store is closed; requests
+// still queued then get ErrUnavailable.
 func (s *Store) copier() {
-	var next *copyRequest
 	for {
-		batch := make([]*copyRequest, 0, 8)
-		if next != nil {
-			batch, next = append(batch, next), nil
-		} else {
-			select {
-			case r := <-s.copies:
-				batch = append(batch, r)
-			case <-s.bg.Done():
-				return
-			}
-		}
-		n := len(batch[0].frames)
-	gather:
-		for n < maxCopyOps {
-			select {
-			case r := <-s.copies:
-				if n+len(r.frames) > maxCopyOps {
-					next = r
-					break gather
+		select {
+		case <-s.copyWake:
+		case <-s.bg.Done():
+			for {
+				batch, _ := s.takeCopies()
+				if len(batch) == 0 {
+					return
 				}
-				batch = append(batch, r)
-				n += len(r.frames)
-			default:
-				break gather
+				for _, r := range batch {
+					r.done <- fmt.Errorf("%w: store closed", ErrUnavailable)
+				}
 			}
 		}
-		err := s.writeCopies(batch, n)
-		for _, r := range batch {
-			r.done <- err
+		for {
+			batch, n := s.takeCopies()
+			if len(batch) == 0 {
+				break
+			}
+			err := s.writeCopies(batch, n)
+			for _, r := range batch {
+				r.done <- err
+			}
 		}
 	}
 }
@@ -111,11 +184,11 @@ func (s *Store) writeCopies(batch []*copyRequest, n int) error {
 // AppendDecision appends a frame to the replica's log and its copy to
 // etcd; it returns once both are durable.
 func (s *Store) AppendDecision(ctx context.Context, in wal.FrameInput) (wal.Frame, error) {
-	f, err := s.log.AppendDecision(ctx, in)
-	if err != nil {
-		return f, err
+	fs, err := s.logAndCopy(ctx, []wal.FrameInput{in})
+	if err != nil || len(fs) != 1 {
+		return wal.Frame{}, err
 	}
-	return f, s.copyFrames(ctx, []wal.Frame{f})
+	return fs[0], nil
 }
 
 // AuditFrames returns the autonomy.preflight and autonomy.decision frames

@@ -54,12 +54,8 @@ func (s *Store) CallDecision(ctx context.Context, auditID, requestID string) (wa
 // OutputMaxBytes returns the outputContract.maxBytes recorded with a
 // preflight's binding, 0 when it declared none.
 func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
-	v, err := s.bindingValue(ctx, preflightID)
-	if err != nil {
-		return 0, err
-	}
-	_, r, _, err := decodeBindingRecord(preflightID, v)
-	return r.OutputMaxBytes, err
+	r, err := s.recentOf(ctx, preflightID)
+	return r.outputMaxBytes, err
 }
 
 // AppendOutcome appends the outcome frame to the replica's log and its

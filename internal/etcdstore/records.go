@@ -159,7 +159,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			return wal.Frame{}, err
 		}
 		if ok {
-			s.remember(b.PreflightID, encodeBinding(&rec, s.o.Replica), b.ExpiresAt)
+			s.remember(b, max(rec.OutputMaxBytes, 0))
 			return frame, nil
 		}
 		// A guard moved between the read and the write: read again; an
@@ -231,59 +231,64 @@ func (s *Store) get(ctx context.Context, key string) ([]byte, error) {
 
 // Binding returns the binding recorded for a preflight id.
 func (s *Store) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
-	b, _, err := s.bindingOf(ctx, preflightID)
-	return b, err
+	r, err := s.recentOf(ctx, preflightID)
+	return r.b, err
 }
 
-// Decision returns the decision bytes exactly as recorded.
+// Decision returns the decision bytes exactly as recorded. They are read
+// from etcd each time: the cache keeps none (recentBindings).
 func (s *Store) Decision(ctx context.Context, preflightID string) ([]byte, error) {
-	_, d, err := s.bindingOf(ctx, preflightID)
-	return d, err
-}
-
-// recentBindings bounds the bindings kept by remember.
-const recentBindings = 1024
-
-// recentBinding is a binding's value in etcd, kept until its expiry.
-type recentBinding struct {
-	value []byte
-	until time.Time
-}
-
-// remember keeps the value of a binding this replica recorded or read,
-// until the binding expires: a binding never changes once recorded, and
-// its lease outlives its expiry (record_ttl is never below the binding
-// window), so until then it is what etcd would answer. The preflight's own
-// replica then reads nothing to check a call under it.
-func (s *Store) remember(id string, value []byte, until time.Time) {
-	s.recent.Add(id, recentBinding{value: value, until: until})
-}
-
-// bindingOf is a binding and its decision bytes, from remember's cache or
-// etcd.
-func (s *Store) bindingOf(ctx context.Context, id string) (preflight.Binding, []byte, error) {
-	v, err := s.bindingValue(ctx, id)
-	if err != nil {
-		return preflight.Binding{}, nil, err
-	}
-	return decodeBinding(id, v)
-}
-
-// bindingValue is a binding's value in etcd, from remember's cache or
-// etcd.
-func (s *Store) bindingValue(ctx context.Context, id string) ([]byte, error) {
-	if r, ok := s.recent.Get(id); ok && s.now().Before(r.until) {
-		return r.value, nil
-	}
-	v, err := s.get(ctx, s.p.binding(id))
+	v, err := s.get(ctx, s.p.binding(preflightID))
 	if err != nil {
 		return nil, err
 	}
-	b, _, err := decodeBinding(id, v)
-	if err == nil {
-		s.remember(id, v, b.ExpiresAt)
+	_, d, err := decodeBinding(preflightID, v)
+	return d, err
+}
+
+// recentBindings bounds the bindings remember keeps: a one-step binding in
+// the compact form (wal.CompactBinding) holds about 480 bytes of heap
+// (BenchmarkCacheFootprint in binding/), so a full cache holds about
+// 31 MB. It is sized so that a replica that recorded a preflight reads it
+// back only when more than this many preflights came between the record
+// and the call: at 1,000 preflights a second, a minute of them.
+const recentBindings = 1 << 16
+
+// recentBinding is a binding as remember keeps it, until its expiry.
+type recentBinding struct {
+	b              preflight.Binding
+	outputMaxBytes int64
+}
+
+// remember keeps a binding this replica recorded or read, in the compact
+// form, until it expires: a binding never changes once recorded, and its
+// lease outlives its expiry (record_ttl is never below the binding
+// window), so until then it is what etcd would answer. The preflight's own
+// replica then reads nothing to check a call under it. A binding that has
+// no compact form is not kept.
+func (s *Store) remember(b *preflight.Binding, outputMaxBytes int64) {
+	c, err := wal.CompactBinding(b)
+	if err != nil {
+		return
 	}
-	return v, err
+	s.recent.Add(b.PreflightID, recentBinding{b: c, outputMaxBytes: outputMaxBytes})
+}
+
+// recentOf is a binding, from remember's cache or etcd.
+func (s *Store) recentOf(ctx context.Context, id string) (recentBinding, error) {
+	if r, ok := s.recent.Get(id); ok && s.now().Before(r.b.ExpiresAt) {
+		return r, nil
+	}
+	v, err := s.get(ctx, s.p.binding(id))
+	if err != nil {
+		return recentBinding{}, err
+	}
+	b, rec, _, err := decodeBindingRecord(id, v)
+	if err != nil {
+		return recentBinding{}, err
+	}
+	s.remember(&b, rec.OutputMaxBytes)
+	return recentBinding{b: b, outputMaxBytes: rec.OutputMaxBytes}, nil
 }
 
 // ChainStatus reports whether a preflight was recorded under auditID and

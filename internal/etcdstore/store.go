@@ -79,8 +79,14 @@ type Store struct {
 	// and the copiers.
 	bg   context.Context
 	stop context.CancelFunc
-	// copies feeds the copiers (frames.go).
-	copies chan *copyRequest
+	// pending are the copies waiting for a copier, and copyWake tells a
+	// copier they wait (frames.go).
+	copyMu   sync.Mutex
+	pending  []*copyRequest
+	copyWake chan struct{}
+	// afterStaged, set by tests, runs in the log's commit loop once a
+	// copy was sent and before the local commit goes to the disk.
+	afterStaged func()
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
@@ -135,7 +141,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s.cli = cli
 	s.bg, s.stop = context.WithCancel(context.Background())
-	s.copies = make(chan *copyRequest)
+	s.copyWake = make(chan struct{}, 1)
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
 	for range copiers {
 		go s.copier()
