@@ -111,13 +111,27 @@ type DB struct {
 	path   string
 	log    *slog.Logger
 	opts   Options
-	queue  chan *write
-	stop   chan struct{}
-	done   chan struct{}
 	mu     sync.RWMutex // guards closed
 	closed bool
 
-	// head is the newest committed frame; only the commit loop changes it.
+	// Writes are scheduled here (see Update). wmu guards waiting and
+	// leading; slots bounds how many writes wait.
+	wmu sync.Mutex
+	// waiting are the writes queued for the commit loop, oldest first.
+	waiting []*write
+	// leading is set while a commit runs or writes wait for one: by the
+	// writer that found none running and commits its own write, or by the
+	// commit loop. When it is unset nothing waits.
+	leading bool
+	// idle is signalled when leading is unset; Close waits on it.
+	idle  sync.Cond
+	slots chan struct{}
+	kick  chan struct{} // wakes the commit loop: writes wait
+	stop  chan struct{}
+	done  chan struct{}
+
+	// head is the newest committed frame; only the one committing (a lone
+	// writer or the commit loop, while leading) changes it.
 	head chainPoint
 	ino  fileID
 
@@ -144,6 +158,10 @@ type chainPoint struct {
 	Hash string `json:"hash"`
 }
 
+// maxWaiting bounds the writes waiting for a commit; an Update past it
+// waits, as long as its ctx lets it, for one to be answered.
+const maxWaiting = 4096
+
 // write is one queued write; its caller waits on done.
 type write struct {
 	fn func(*Tx) error
@@ -154,7 +172,10 @@ type write struct {
 }
 
 // answer tells the writer how its write ended.
-func (db *DB) answer(w *write, err error) { w.done <- err }
+func (db *DB) answer(w *write, err error) {
+	<-db.slots
+	w.done <- err
+}
 
 // Open opens or creates the log at dir/wal.db.
 func Open(dir string, opts *Options) (*DB, error) {
@@ -183,8 +204,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
-		queue: make(chan *write, 4096), stop: make(chan struct{}), done: make(chan struct{}),
-		verified: make(chan struct{})}
+		slots: make(chan struct{}, maxWaiting), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{})}
+	db.idle.L = &db.wmu
 	err = db.update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -224,8 +246,8 @@ func Open(dir string, opts *Options) (*DB, error) {
 // Path returns the log file's path.
 func (db *DB) Path() string { return db.path }
 
-// Close stops the commit loop after the writes already queued and closes the
-// file. Writes after Close fail with ErrClosed.
+// Close commits the writes already queued, stops the commit loop and closes
+// the file. Writes after Close fail with ErrClosed.
 func (db *DB) Close() error {
 	db.mu.Lock()
 	if db.closed {
@@ -238,6 +260,15 @@ func (db *DB) Close() error {
 		db.cancelVerify()
 		<-db.verified
 	}
+	// Nothing can be queued any more (closed is set), and whoever leads
+	// commits everything queued before it lets go: once nothing leads,
+	// every write is answered. Close then leads for good.
+	db.wmu.Lock()
+	for db.leading {
+		db.idle.Wait()
+	}
+	db.leading = true
+	db.wmu.Unlock()
 	close(db.stop)
 	<-db.done
 	db.ahead.close()
@@ -251,6 +282,11 @@ func (db *DB) Close() error {
 // transaction is durable on disk (or failed). Concurrent callers share
 // commits. fn may run more than once (see the package doc) and must not
 // retain the Tx.
+//
+// A writer that finds no commit running commits its own write at once, in
+// its own goroutine: a lone writer waits on nothing but its commit. Writes
+// that arrive while a commit runs queue, and the commit loop commits them
+// together, up to MaxBatch at a time, until none is left.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
 	return db.UpdateStaged(ctx, fn, nil)
 }
@@ -272,15 +308,49 @@ func (db *DB) UpdateStaged(ctx context.Context, fn func(*Tx) error, staged func(
 		return ErrClosed
 	}
 	select {
-	case db.queue <- w:
+	case db.slots <- struct{}{}:
 	case <-ctx.Done():
 		db.mu.RUnlock()
 		return ctx.Err()
 	}
+	db.wmu.Lock()
+	lone := !db.leading
+	if lone {
+		db.leading = true
+	} else {
+		db.waiting = append(db.waiting, w)
+	}
+	db.wmu.Unlock()
 	db.mu.RUnlock()
+	if lone {
+		db.commitLone(w)
+	}
 	// Once queued the write will be committed or failed; wait for it even if
 	// ctx ends, so a caller never answers before knowing what happened.
 	return <-w.done
+}
+
+// commitLone commits the write of a writer that found no commit running,
+// then lets go of the lead, even should the commit panic.
+func (db *DB) commitLone(w *write) {
+	defer db.release()
+	db.commit([]*write{w})
+}
+
+// release ends a lone writer's lead: the writes queued during its commit
+// go to the commit loop.
+func (db *DB) release() {
+	db.wmu.Lock()
+	if len(db.waiting) == 0 {
+		db.leading = false
+		db.idle.Broadcast()
+		db.wmu.Unlock()
+		return
+	}
+	db.wmu.Unlock()
+	// Never blocks: a kick is sent only while leading, and the loop takes
+	// it before it lets go of the lead.
+	db.kick <- struct{}{}
 }
 
 // View runs fn in a read-only transaction. A damaged page makes it return
@@ -295,38 +365,41 @@ func (db *DB) View(fn func(*Tx) error) error {
 	return db.view(fn)
 }
 
+// loop commits the writes that queued while a lone writer committed, batch
+// after batch, and lets go of the lead when none is left.
 func (db *DB) loop() {
 	defer close(db.done)
 	batch := make([]*write, 0, db.opts.MaxBatch)
 	for {
-		var first *write
 		select {
-		case first = <-db.queue:
+		case <-db.kick:
 		case <-db.stop:
-			// Drain what was queued before Close, in full batches: nothing
-			// can be queued any more (Close holds closed), so this ends.
-			for {
-				if batch = db.take(batch[:0]); len(batch) == 0 {
-					return
-				}
-				db.commit(batch)
-			}
+			return
 		}
-		db.commit(db.take(append(batch[:0], first)))
+		for {
+			if batch = db.take(batch[:0]); len(batch) == 0 {
+				break
+			}
+			db.commit(batch)
+		}
 	}
 }
 
-// take appends to batch what is queued now, without waiting, up to
-// MaxBatch writes.
+// take appends to batch the oldest queued writes, up to MaxBatch; when
+// none is queued it lets go of the lead instead.
 func (db *DB) take(batch []*write) []*write {
-	for len(batch) < db.opts.MaxBatch {
-		select {
-		case w := <-db.queue:
-			batch = append(batch, w)
-		default:
-			return batch
-		}
+	db.wmu.Lock()
+	defer db.wmu.Unlock()
+	n := min(len(db.waiting), db.opts.MaxBatch)
+	if n == 0 {
+		db.leading = false
+		db.idle.Broadcast()
+		return batch
 	}
+	batch = append(batch, db.waiting[:n]...)
+	rest := copy(db.waiting, db.waiting[n:])
+	clear(db.waiting[rest:])
+	db.waiting = db.waiting[:rest]
 	return batch
 }
 

@@ -591,3 +591,104 @@ func TestVerifyRepeatedStepIDs(t *testing.T) {
 		t.Fatalf("second marker deleted: %+v, %v; want a failure", rep, err)
 	}
 }
+
+// queued waits until n writes wait for the commit loop.
+func queued(t *testing.T, db *DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db.wmu.Lock()
+		got := len(db.waiting)
+		db.wmu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A lone writer commits its own write; the writes that queue meanwhile
+// share the loop's commits, MaxBatch at a time, one failing write is
+// retried away, and Close answers every write queued before it.
+func TestGroupCommitSchedule(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	db := openTest(t, &Options{MaxBatch: 4, OnCommit: func(writes int, _ time.Duration, _ error) {
+		mu.Lock()
+		sizes = append(sizes, writes)
+		mu.Unlock()
+	}})
+	ctx := context.Background()
+	hold, held := make(chan struct{}), make(chan struct{})
+	lone := make(chan error, 1)
+	go func() {
+		lone <- db.Update(ctx, func(tx *Tx) error {
+			close(held)
+			<-hold
+			_, err := tx.Append(FrameInput{Kind: KindDecision, Time: t0})
+			return err
+		})
+	}()
+	<-held
+	boom := errors.New("boom")
+	const n = 10
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- db.Update(ctx, func(tx *Tx) error {
+				if i == 3 {
+					return boom
+				}
+				_, err := tx.Append(FrameInput{Kind: KindDecision, Time: t0})
+				return err
+			})
+		}()
+	}
+	queued(t, db, n)
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	close(hold)
+	if err := <-lone; err != nil {
+		t.Fatalf("lone write: %v", err)
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; errors.Is(err, boom) {
+			failed++
+		} else if err != nil {
+			t.Fatalf("queued write: %v", err)
+		}
+	}
+	if err := <-closed; err != nil || failed != 1 {
+		t.Fatalf("close: %v; %d writes failed, want 1", err, failed)
+	}
+	if err := db.Update(ctx, func(*Tx) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The lone write alone; then the ten queued ones in batches of at most
+	// 4 (4, 4, 2), the batch holding the failing write tried again without
+	// it: five commits, the queued ones counting 11 to 13 writes.
+	total := 0
+	for _, s := range sizes[1:] {
+		if s > 4 {
+			t.Fatalf("commit sizes %v: one over MaxBatch", sizes)
+		}
+		total += s
+	}
+	if len(sizes) != 5 || sizes[0] != 1 || total < n+1 || total > n+3 {
+		t.Fatalf("commit sizes %v", sizes)
+	}
+	db2, err := Open(filepath.Dir(db.Path()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if rep, _ := db2.Verify(ctx); !rep.OK() || rep.Frames != n {
+		t.Fatalf("verify = %+v, want %d frames", rep, n)
+	}
+}

@@ -37,6 +37,10 @@ type result struct {
 	// CPUMicros is the CPU the measured process (the floor's or the
 	// service's) spent per call, user and system.
 	CPUMicros float64 `json:"cpu_us_per_call,omitempty"`
+	// SwitchesPerCall are the context switches of the measured process's
+	// threads per call, voluntary and not: the wake-ups and hand-offs a
+	// call costs, which the machine's other load moves little.
+	SwitchesPerCall float64 `json:"switches_per_call,omitempty"`
 	// WritesPerCommit is how many writes the service's WAL commits carried
 	// on average during the scenario (group commit); 0 for the floors.
 	WritesPerCommit float64 `json:"wal_writes_per_commit,omitempty"`

@@ -607,6 +607,9 @@ func (rep *report) add(out io.Writer, target, scenario string, r result) {
 	if r.CPUMicros > 0 {
 		cpu = fmt.Sprintf("  cpu %5.0f µs/call", r.CPUMicros)
 	}
+	if r.SwitchesPerCall > 0 {
+		cpu += fmt.Sprintf("  %.1f cs/call", r.SwitchesPerCall)
+	}
 	if r.CommitsPerCall > 0 {
 		cpu += fmt.Sprintf("  wal %.2f commits/call, %.1f writes/commit, %.0f µs/commit", r.CommitsPerCall, r.WritesPerCommit, r.CommitMicros)
 	}

@@ -374,12 +374,45 @@ func cpuTime(pid int) (time.Duration, error) {
 // does not move the way it moves throughput.
 func withCPU(pid int, run func() result) result {
 	before, errBefore := cpuTime(pid)
+	swBefore, swErrBefore := switches(pid)
 	r := run()
 	after, errAfter := cpuTime(pid)
+	swAfter, swErrAfter := switches(pid)
 	if errBefore == nil && errAfter == nil && r.Calls > 0 {
 		r.CPUMicros = float64(after-before) / float64(time.Microsecond) / float64(r.Calls)
 	}
+	if swErrBefore == nil && swErrAfter == nil && r.Calls > 0 {
+		r.SwitchesPerCall = float64(swAfter-swBefore) / float64(r.Calls)
+	}
 	return r
+}
+
+// switches sums the context switches, voluntary and not, of the threads
+// of process pid (/proc/PID/task/*/status). A thread that ended takes its
+// count with it; the Go runtime rarely ends one.
+func switches(pid int) (int64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("load: no threads listed for process %d", pid)
+	}
+	var n int64
+	for _, path := range tasks {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for line := range strings.Lines(string(raw)) {
+			name, v, ok := strings.Cut(line, ":")
+			if ok && (name == "voluntary_ctxt_switches" || name == "nonvoluntary_ctxt_switches") {
+				c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("load: %s: %w", path, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n, nil
 }
 
 // walStats is what the service's WAL group commit has done so far, read
