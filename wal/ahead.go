@@ -12,7 +12,7 @@ import (
 // page allocates its block, and the fdatasync of that commit then also
 // writes the file system's allocation metadata (with a journal, a second
 // device flush). A log only ever appends, so nearly every commit wrote a
-// new page and paid for that. The commit loop instead keeps the pages past
+// new page and paid for that. Commits instead keep the pages past
 // the high-water mark written with zeros, aheadChunk at a time with one
 // sync, so bbolt's commits overwrite blocks that already exist. The zeros
 // are in pages bbolt has not allocated: it reads no page past its
@@ -24,13 +24,14 @@ import (
 // commit until space is freed, as it did without the zeros.
 const (
 	// aheadLow is how far past the high-water mark the zeros must reach
-	// before a commit; below it the loop writes up to aheadChunk past it.
+	// before a commit; below it the commit writes up to aheadChunk past it.
 	aheadLow = 512 << 10
 	// aheadChunk is how far past the high-water mark a refill writes.
 	aheadChunk = 2 << 20
 )
 
-// ahead is the commit loop's state for writing ahead; only the loop uses it.
+// ahead is the state for writing ahead; only the one committing (wal.go:
+// leading) uses it.
 type ahead struct {
 	f        *os.File // the log file opened again for writing, nil when off
 	dir      string   // the directory whose file system is checked
@@ -48,7 +49,7 @@ func openAhead(path string) *ahead {
 	return &ahead{f: f, dir: filepath.Dir(path)}
 }
 
-// before runs inside the commit loop's write transaction before bbolt writes
+// before runs inside a commit's write transaction before bbolt writes
 // any of its pages, hwm being the file's high-water mark in bytes at the
 // transaction's start. An error fails the commit.
 func (a *ahead) before(hwm int64) error {

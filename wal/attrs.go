@@ -10,7 +10,7 @@ import (
 // encodedAttrs is attrs already in canonical JSON, and packed (compressed)
 // when they are large enough to be stored that way. The write helpers
 // encode attrs in the caller's goroutine before queueing, so the commit
-// loop, which every writer waits on, spends no time on either.
+// (which every writer waits on) spends no time on either.
 type encodedAttrs struct {
 	canonical []byte
 	packed    []byte // nil: stored as they are

@@ -65,7 +65,7 @@ type CompactReport struct {
 // preflight and its consumed markers outlive the binding they guard, and a
 // replay of a live preflight id is still denied after any compaction.
 //
-// The work runs through the commit loop in transactions of at most
+// The work runs through Update in transactions of at most
 // Options.CompactChunk frames, so concurrent checks wait for one short
 // commit at most; a run that finds nothing to remove commits nothing.
 // Compact is idempotent: running it again with the same cut-off removes

@@ -33,7 +33,7 @@
 // Preflight and audit ids begin with their creation time in characters that
 // sort as the time does (internal/ids), so the audit, preflights and
 // consumed indexes grow at their end like the frames bucket; the commit
-// loop fills their pages to 90 % (frames: 100 %) instead of bbolt's 50 %.
+// fills their pages to 90 % (frames: 100 %) instead of bbolt's 50 %.
 //
 // A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.
 // seq starts at 1 and grows by one with every frame. timestamp is RFC 3339
@@ -111,17 +111,20 @@
 //
 // # Durability and group commit
 //
-// Every write goes through one commit loop. Writers queue a function that
-// runs inside a bbolt read-write transaction; the loop takes everything
-// queued since its previous commit, runs it in one transaction and commits
-// it with one fsync, then answers each writer. A lone writer pays exactly one
-// fsync and never waits on a timer; a crowd shares one. If one writer's
+// A write is a function that runs inside a bbolt read-write transaction.
+// A writer that finds no commit running commits its own write at once, in
+// its own goroutine; writers that arrive while a commit runs queue, and the
+// commit loop takes everything queued since its previous commit (up to
+// MaxBatch), runs it in one transaction and commits it, then answers each
+// writer, until nothing is queued. A lone writer pays exactly one commit,
+// hands its write to no other goroutine and never waits on a timer; a crowd
+// shares one commit. If one writer's
 // function fails, its transaction is rolled back and the others are retried
 // without it, so a function may run more than once and must act only through
 // the transaction it is given. A commit that fails fails exactly the writes
 // that were in it. AppendDecision and RecordPreflight put attrs in
 // canonical form (and pack them) in the writer's goroutine, before queueing,
-// so the one loop every writer waits on spends its time on bbolt.
+// so the commit every writer waits on spends its time on bbolt.
 //
 // # Durable before answered
 //
@@ -137,7 +140,7 @@
 // for its two fdatasyncs, and a lone writer still pays exactly one commit,
 // with no timer (measured in docs/PERFORMANCE.md).
 //
-// The loop also keeps the 0.5 to 2 MiB past the file's high-water mark
+// Commits also keep the 0.5 to 2 MiB past the file's high-water mark
 // written with zeros (ahead.go), so a commit's new pages overwrite blocks
 // that exist rather than fill a hole, whose fdatasync would also write the
 // file system's allocation metadata. The zeros lie in pages bbolt has not

@@ -74,7 +74,7 @@ func (f *Frame) writeCanonical(b *bytes.Buffer) {
 
 // encode returns the frame as stored: what encoding/json writes with HTML
 // escaping off (its members in Frame's field order, attrs byte for byte),
-// built by hand because this runs for every frame on the commit loop.
+// built by hand because this runs for every frame inside a commit.
 func (f *Frame) encode() []byte {
 	b := make([]byte, 0, len(f.Attrs)+len(f.AuditID)+len(f.Kind)+len(f.Timestamp)+len(f.PrevHash)+len(f.Hash)+128)
 	return f.appendJSON(b, f.Attrs)

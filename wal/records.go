@@ -76,7 +76,7 @@ func (tx *Tx) RecordPreflight(rec PreflightRecord) (Frame, error) {
 }
 
 // attrs is the autonomy.preflight frame's attrs. DB.RecordPreflight
-// encodes them before queueing, outside the commit loop.
+// encodes them before queueing, outside the commit.
 func (rec *PreflightRecord) attrs() *PreflightAttrs {
 	b := &rec.Binding
 	// The decision is canonical JSON already (see Decision), so it goes in
