@@ -48,14 +48,12 @@ func DecodeRequest(body []byte) (*Request, *RequestError) {
 	if nestingExceeds(body, MaxNesting) {
 		return nil, malformed("", fmt.Sprintf("JSON nesting is deeper than %d levels", MaxNesting))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	d := &requestDecoder{dec: dec, body: body}
+	d := &requestDecoder{dec: newTokens(body), body: body}
 	req := &Request{}
 	if err := d.request(req); err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if _, err := d.dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, malformed("", "unexpected data after the JSON document")
 	}
 	if strings.TrimSpace(req.Intent.Summary) == "" {
@@ -108,7 +106,7 @@ func nestingExceeds(b []byte, limit int) bool {
 // requestDecoder walks the token stream of one request body, keeping the
 // pointer of the value it reads so every error names its field.
 type requestDecoder struct {
-	dec      *json.Decoder
+	dec      *tokens
 	body     []byte // what dec reads
 	sawSteps bool
 	// values counts the values read into args, across every step.
@@ -128,17 +126,10 @@ const MaxArgsValues = 10000
 // reported at path, the value being read.
 func (d *requestDecoder) token(path string) (json.Token, *RequestError) {
 	tok, err := d.dec.Token()
-	if err == nil {
-		return tok, nil
+	if err != nil {
+		return nil, syntaxError(path, err)
 	}
-	if errors.Is(err, io.EOF) {
-		return nil, malformed(path, "unexpected end of JSON input")
-	}
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return nil, malformed(path, fmt.Sprintf("invalid JSON at byte %d: %s", syn.Offset, syn.Error()))
-	}
-	return nil, malformed(path, "invalid JSON: "+err.Error())
+	return tok, nil
 }
 
 // object reads an object at path and calls field for each member, with the
@@ -579,13 +570,9 @@ func (d *requestDecoder) attestation(c *Context, path string) *RequestError {
 // envelope reads context.request raw: the envelope validator checks it.
 // null is an absent envelope.
 func (d *requestDecoder) envelope(path string) (json.RawMessage, *RequestError) {
-	var raw json.RawMessage
-	if err := d.dec.Decode(&raw); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
-			return nil, malformed(path, fmt.Sprintf("invalid JSON at byte %d: %s", syn.Offset, syn.Error()))
-		}
-		return nil, malformed(path, "invalid JSON: "+err.Error())
+	raw, err := d.dec.Raw()
+	if err != nil {
+		return nil, syntaxError(path, err)
 	}
 	switch bytes.TrimSpace(raw)[0] {
 	case 'n':
@@ -628,8 +615,8 @@ func tokenKind(tok json.Token) string {
 // openObject starts decoding body, one JSON object of UTF-8 text, for the
 // small bodies of the API (an approval, an outcome report): the decoder
 // stands after the object's opening brace. values says the object holds
-// arbitrary values: numbers are kept as their text, and the nesting is
-// bounded first by MaxNesting.
+// arbitrary values: the nesting is bounded first by MaxNesting. Numbers
+// are kept as their text.
 func openObject(body []byte, values bool) (*requestDecoder, *RequestError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, malformed("", "request body is empty")
@@ -640,11 +627,7 @@ func openObject(body []byte, values bool) (*requestDecoder, *RequestError) {
 	if values && nestingExceeds(body, MaxNesting) {
 		return nil, malformed("", fmt.Sprintf("JSON nesting is deeper than %d levels", MaxNesting))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if values {
-		dec.UseNumber()
-	}
-	d := &requestDecoder{dec: dec}
+	d := &requestDecoder{dec: newTokens(body), body: body}
 	tok, rerr := d.token("")
 	if rerr != nil {
 		return nil, rerr

@@ -189,10 +189,8 @@ func TestPastBoundCountsAsTheDecoder(t *testing.T) {
 	} {
 		walked := 0
 		for room := 0; ; room++ {
-			dec := json.NewDecoder(strings.NewReader(args))
-			dec.UseNumber()
-			d := &requestDecoder{dec: dec, body: []byte(args), values: MaxArgsValues - room}
-			tok, _ := dec.Token()
+			d := &requestDecoder{dec: newTokens([]byte(args)), body: []byte(args), values: MaxArgsValues - room}
+			tok, _ := d.dec.Token()
 			_, werr := d.value(tok, "")
 			rel, over := pastBound([]byte(strings.TrimLeft(args, " ")), room)
 			if werr == nil {
