@@ -63,7 +63,12 @@ type ConsumeRequest struct {
 	CallDigest string
 	Time       time.Time
 	// Decision, when set, builds the autonomy.decision frame appended in the
-	// same transaction as the consume.
+	// same transaction as the consume. It may be called more than once:
+	// DB.Consume calls it first, before queueing, with the result it
+	// expects (the first step r admits, consumed), so that the frame is
+	// encoded outside the commit loop, and again inside the commit only
+	// when the consume's result differs. Its last call has the consume's
+	// result; the frame written is the one built for that result.
 	Decision func(ConsumeResult) FrameInput
 	// Held, when set, has true for each step (by index) this call may not
 	// consume: it waits for an approval not given (docs/API.md). Approvals
@@ -180,10 +185,11 @@ func (db *DB) Peek(ctx context.Context, r ConsumeRequest) (ConsumeResult, error)
 // frame, and returns once both are durable. Of N concurrent consumes of a
 // one-step preflight exactly one gets Consumed.
 func (db *DB) Consume(ctx context.Context, r ConsumeRequest) (ConsumeResult, error) {
+	exp := db.expect(&r)
 	var res ConsumeResult
 	err := db.Update(ctx, func(tx *Tx) error {
 		var err error
-		res, err = tx.Consume(r)
+		res, err = tx.consume(&r, exp)
 		return err
 	})
 	return res, err
@@ -192,12 +198,58 @@ func (db *DB) Consume(ctx context.Context, r ConsumeRequest) (ConsumeResult, err
 // Consume is DB.Consume inside tx: the check, the marker and both frames,
 // committed with the rest of tx.
 func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
-	res, err := tx.plan(&r)
+	return tx.consume(&r, nil)
+}
+
+// expected is what a consume most likely does, with its frames encoded.
+type expected struct {
+	res      ConsumeResult
+	consumed FrameInput
+	decision FrameInput
+}
+
+// expect builds, in the writer's goroutine, the frames (db.preEncode) of
+// the result a consume of r has unless another call spent the step first: the first
+// step r admits, consumed. Encoding them here keeps that work out of the
+// commit loop every writer waits on. Nil when r admits no step or an
+// encoding fails (the commit then builds the frames, and fails the same way).
+func (db *DB) expect(r *ConsumeRequest) *expected {
+	for i := range r.Binding.Steps {
+		if !r.Admits(i, &r.Binding.Steps[i]) {
+			continue
+		}
+		e := &expected{res: ConsumeResult{Status: Consumed, StepID: r.Binding.Steps[i].ID, StepIndex: i}}
+		var err error
+		if e.consumed, err = db.preEncode(r.consumedFrame(e.res)); err != nil {
+			return nil
+		}
+		if r.Decision != nil {
+			if e.decision, err = db.preEncode(r.Decision(e.res)); err != nil {
+				return nil
+			}
+		}
+		return e
+	}
+	return nil
+}
+
+// consume is Tx.Consume, using exp's frames when the result is exp's.
+func (tx *Tx) consume(r *ConsumeRequest, exp *expected) (ConsumeResult, error) {
+	res, err := tx.plan(r)
 	if err != nil {
 		return res, err
 	}
+	if exp == nil || exp.res != res {
+		exp = &expected{res: res}
+		if res.Status == Consumed {
+			exp.consumed = r.consumedFrame(res)
+		}
+		if r.Decision != nil {
+			exp.decision = r.Decision(res)
+		}
+	}
 	if res.Status == Consumed {
-		f, err := tx.Append(r.consumedFrame(res))
+		f, err := tx.Append(exp.consumed)
 		if err != nil {
 			return res, err
 		}
@@ -207,7 +259,7 @@ func (tx *Tx) Consume(r ConsumeRequest) (ConsumeResult, error) {
 		}
 	}
 	if r.Decision != nil {
-		if _, err := tx.Append(r.Decision(res)); err != nil {
+		if _, err := tx.Append(exp.decision); err != nil {
 			return res, err
 		}
 	}

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
+	bolt "go.etcd.io/bbolt"
 )
 
 // The commit page counter: which pages of the file a commit writes, per
@@ -179,12 +181,24 @@ type pagesFixture struct {
 	n        int
 }
 
+// pagesDecision is a one-step preflight's decision of a real one's size.
+var pagesDecision = json.RawMessage(`{"outcome":"pass","reason":"contract: passed","checks":[` +
+	strings.Repeat(`{"contract":"contract: scope","outcome":"pass","detail":"tool.echo is allowed in zone default"},`, 12) +
+	`{"contract":"contract: budget","outcome":"pass"}]}`)
+
 func newPagesFixture(t testing.TB, sets int) *pagesFixture {
 	t.Helper()
-	px := &pagesFixture{db: openTest(t, &Options{NoSync: true}),
-		decision: json.RawMessage(`{"outcome":"pass","reason":"contract: passed","checks":[` +
-			strings.Repeat(`{"contract":"contract: scope","outcome":"pass","detail":"tool.echo is allowed in zone default"},`, 12) +
-			`{"contract":"contract: budget","outcome":"pass"}]}`)}
+	px := &pagesFixture{db: openTest(t, &Options{NoSync: true})}
+	px.fill(t, sets)
+	return px
+}
+
+// fill records sets preflights, each consumed, in big commits.
+func (px *pagesFixture) fill(t testing.TB, sets int) {
+	t.Helper()
+	if px.decision == nil {
+		px.decision = pagesDecision
+	}
 	const chunk = 1000
 	for start := 0; start < sets; start += chunk {
 		err := px.db.Update(context.Background(), func(tx *Tx) error {
@@ -204,7 +218,6 @@ func newPagesFixture(t testing.TB, sets int) *pagesFixture {
 			t.Fatal(err)
 		}
 	}
-	return px
 }
 
 func (px *pagesFixture) binding() preflight.Binding {
@@ -367,4 +380,109 @@ func TestCommitPages(t *testing.T) {
 		}
 	}
 	t.Log("\n" + sb.String())
+}
+
+// TestCommitCost weighs bbolt settings against each other by what a serial
+// consume's commit costs, wall time and the process's CPU (user and
+// system), the logs' commits interleaved one by one in one process so that
+// every setting sees the same moments of a shared disk. It runs only with
+// WAL_COMMIT_COST set to the number of rounds (docs/PERFORMANCE.md).
+func TestCommitCost(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("WAL_COMMIT_COST"))
+	if rounds <= 0 {
+		t.Skip("set WAL_COMMIT_COST to the number of rounds to weigh bbolt settings")
+	}
+	type setting struct {
+		name string
+		tune func(*bolt.Options)
+	}
+	settings := []setting{
+		{"4 KiB pages, freelist synced", func(*bolt.Options) {}},
+		{"4 KiB pages, no freelist", func(o *bolt.Options) { o.NoFreelistSync = true }},
+		{"8 KiB pages, freelist synced", func(o *bolt.Options) { o.PageSize = 8192 }},
+		{"8 KiB pages, no freelist", func(o *bolt.Options) { o.PageSize = 8192; o.NoFreelistSync = true }},
+		{"16 KiB pages, freelist synced", func(o *bolt.Options) { o.PageSize = 16384 }},
+		{"16 KiB pages, no freelist", func(o *bolt.Options) { o.PageSize = 16384; o.NoFreelistSync = true }},
+	}
+	fixtures := make([]*pagesFixture, len(settings))
+	for i, s := range settings {
+		dir := t.TempDir()
+		db, err := Open(dir, &Options{NoSync: true, tune: s.tune})
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := &pagesFixture{db: db}
+		px.fill(t, 1000)
+		db.Close()
+		if px.db, err = Open(dir, &Options{tune: s.tune}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.db.Close() })
+		fixtures[i] = px
+	}
+	wall := make([][]time.Duration, len(settings))
+	cpu := make([][]time.Duration, len(settings))
+	for range rounds {
+		for i, px := range fixtures {
+			bs := pagePaths[0].prepare(px, 1)
+			c0 := cpuTime(t)
+			start := time.Now()
+			if err := px.db.Update(context.Background(), pagePaths[0].write(px, bs, 0)); err != nil {
+				t.Fatal(err)
+			}
+			wall[i] = append(wall[i], time.Since(start))
+			cpu[i] = append(cpu[i], cpuTime(t)-c0)
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d serial consumes each, interleaved\n| setting | commit p50 | p90 | CPU p50 |\n", rounds)
+	for i, s := range settings {
+		slices.Sort(wall[i])
+		slices.Sort(cpu[i])
+		fmt.Fprintf(&sb, "| %s | %d µs | %d µs | %d µs |\n", s.name, wall[i][rounds/2].Microseconds(),
+			wall[i][rounds*9/10].Microseconds(), cpu[i][rounds/2].Microseconds())
+	}
+	t.Log("\n" + sb.String())
+}
+
+// TestOpenWithoutFreelist measures what bbolt's NoFreelistSync costs at
+// Open: without a freelist on disk, Open walks every page of the file to
+// find the free ones. It fills a log of WAL_OPEN_FRAMES frames in the
+// service's proportions, and runs only with that set (docs/PERFORMANCE.md).
+func TestOpenWithoutFreelist(t *testing.T) {
+	frames, _ := strconv.Atoi(os.Getenv("WAL_OPEN_FRAMES"))
+	if frames <= 0 {
+		t.Skip("set WAL_OPEN_FRAMES to the log's size to measure Open without a freelist")
+	}
+	dir := t.TempDir()
+	start := time.Now()
+	fillServed(t, dir, frames/3)
+	t.Logf("filled %d frames in %v", frames/3*3, time.Since(start))
+	open := func(noFreelist bool) (took, cpu time.Duration) {
+		c0, start := cpuTime(t), time.Now()
+		db, err := Open(dir, &Options{tune: func(o *bolt.Options) { o.NoFreelistSync = noFreelist }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took, cpu = time.Since(start), cpuTime(t)-c0
+		// A commit writes the meta page in the form the option asks for.
+		if err := db.Probe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !noFreelist {
+			c0, start := cpuTime(t), time.Now()
+			if rep, err := db.Verify(context.Background()); err != nil || !rep.OK() {
+				t.Fatalf("verify: %+v, %v", rep, err)
+			}
+			t.Logf("verify: %v, CPU %v", time.Since(start), cpuTime(t)-c0)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return took, cpu
+	}
+	for _, nf := range []bool{false, true, true, false, false} {
+		took, cpu := open(nf)
+		t.Logf("open, NoFreelistSync %v (the file had the other form before the first of each): %v, CPU %v", nf, took, cpu)
+	}
 }

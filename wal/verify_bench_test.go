@@ -85,7 +85,7 @@ func BenchmarkVerify(b *testing.B) {
 }
 
 // cpuTime is the user and system CPU time the process has spent.
-func cpuTime(b *testing.B) time.Duration {
+func cpuTime(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)

@@ -103,6 +103,10 @@ type Options struct {
 	// "replica": the name of the replica that wrote it, so frames gathered
 	// from several replicas' logs say where each came from.
 	Replica string
+
+	// tune, when set, changes bbolt's options before the file opens: the
+	// tests that weigh one setting against another use it.
+	tune func(*bolt.Options)
 }
 
 // DB is an open log.
@@ -196,7 +200,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
-	bdb, err := openBolt(path, &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType})
+	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType}
+	if o.tune != nil {
+		o.tune(bo)
+	}
+	bdb, err := openBolt(path, bo)
 	if errors.Is(err, berrors.ErrTimeout) {
 		err = ErrLocked
 	}

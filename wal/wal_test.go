@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -690,5 +691,57 @@ func TestGroupCommitSchedule(t *testing.T) {
 	defer db2.Close()
 	if rep, _ := db2.Verify(ctx); !rep.OK() || rep.Frames != n {
 		t.Fatalf("verify = %+v, want %d frames", rep, n)
+	}
+}
+
+// TestConsumeDecisionBuiltBeforeTheCommit: DB.Consume builds the decision
+// frame for the result it expects before queueing, and again in the commit
+// only when the result differs; the frame written is always the one built
+// for the consume's result.
+func TestConsumeDecisionBuiltBeforeTheCommit(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, nil)
+	b := testBinding("pf_expect", "a", "b")
+	record(t, db, b)
+	var calls []ConsumeStatus
+	consume := func(kind, requestID string) ConsumeResult {
+		t.Helper()
+		res, err := db.Consume(ctx, ConsumeRequest{Binding: &b, Kind: kind, RequestID: requestID, Time: t0,
+			Decision: func(res ConsumeResult) FrameInput {
+				calls = append(calls, res.Status)
+				return FrameInput{Kind: KindDecision, AuditID: b.AuditID, Time: t0,
+					Attrs: map[string]any{"status": res.Status.String(), "step_id": res.StepID}}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, tc := range []struct {
+		kind, requestID string
+		want            ConsumeStatus
+		calls           []ConsumeStatus
+	}{
+		{"b", "r1", Consumed, []ConsumeStatus{Consumed}},           // built once, before the commit
+		{"b", "r2", Replay, []ConsumeStatus{Consumed, Replay}},     // expected consumed, found spent
+		{"b", "r1", Repeated, []ConsumeStatus{Consumed, Repeated}}, // the same request id again
+		{"a", "r3", Consumed, []ConsumeStatus{Consumed}},
+	} {
+		calls = nil
+		res := consume(tc.kind, tc.requestID)
+		if res.Status != tc.want || !slices.Equal(calls, tc.calls) {
+			t.Fatalf("consume %s %s = %v, Decision called with %v; want %v, %v", tc.kind, tc.requestID, res.Status, calls, tc.want, tc.calls)
+		}
+		frames, err := db.AuditFrames(ctx, b.AuditID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := frames[len(frames)-1]
+		if want := fmt.Sprintf(`{"status":%q,"step_id":%q}`, res.Status, res.StepID); string(last.Attrs) != want {
+			t.Fatalf("decision frame attrs %s, want %s", last.Attrs, want)
+		}
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("verify: %+v, %v", rep, err)
 	}
 }
