@@ -5,7 +5,16 @@ import (
 	"fmt"
 
 	"github.com/contractrefine/autonomy/internal/canon"
+	"github.com/go-json-experiment/json/jsontext"
 )
+
+// validJSON reports whether b is one JSON value, as encoding/json's Valid
+// does (duplicate names and strings that are not UTF-8 are syntax too),
+// through jsontext's decoder: a quarter of the time on a preflight's
+// decision, which every recorded preflight checks (docs/PERFORMANCE.md).
+func validJSON(b []byte) bool {
+	return jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+}
 
 // encodedAttrs is attrs already in canonical JSON, and packed (compressed)
 // when they are large enough to be stored that way. The write helpers

@@ -151,7 +151,7 @@ func (f *Frame) hashMatches() bool { return f.computeHash() == f.Hash }
 // encoding/json would otherwise rewrite <, > and & inside the canonical
 // attrs, and the stored bytes would no longer hash to f.Hash.
 func encodeFrame(f *Frame) ([]byte, error) {
-	if len(f.Attrs) == 0 || !json.Valid(f.Attrs) {
+	if len(f.Attrs) == 0 || !validJSON(f.Attrs) {
 		return nil, fmt.Errorf("%w: frame %d attrs are not JSON", ErrCorrupt, f.Seq)
 	}
 	return f.encode(), nil

@@ -120,7 +120,7 @@ func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
 	switch {
 	case len(a.Decision) == 0:
 		w.Null()
-	case json.Valid(a.Decision):
+	case validJSON(a.Decision):
 		w.Value(canon.Canonical(a.Decision))
 	default:
 		w.Any(a.Decision) // fails: the decision is not JSON

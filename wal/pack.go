@@ -134,7 +134,7 @@ func decodePacked(b []byte) (Frame, error) {
 	if dec.More() {
 		return Frame{}, fmt.Errorf("%w: trailing data after frame", ErrCorrupt)
 	}
-	if !json.Valid(attrs) {
+	if !validJSON(attrs) {
 		return Frame{}, fmt.Errorf("%w: packed attrs are not JSON", ErrCorrupt)
 	}
 	return Frame{Seq: h.Seq, Kind: h.Kind, Timestamp: h.Timestamp, AuditID: h.AuditID,
