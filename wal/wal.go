@@ -299,9 +299,9 @@ func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
 	return db.UpdateStaged(ctx, fn, nil)
 }
 
-// UpdateStaged is Update that also runs staged, in the commit loop, once
-// every write of the commit has run its fn and before the commit goes to
-// the disk: what fn appended then has its final seq and hash unless the
+// UpdateStaged is Update that also runs staged, in whichever goroutine
+// commits the write, once every write of the commit has run its fn and
+// before the commit goes to the disk: what fn appended then has its final seq and hash unless the
 // commit fails, which the returned error tells. A shared store sends its
 // copy of the frames from there, so the copy's round trip and the fsync
 // overlap. staged runs at most once and must not block.

@@ -45,7 +45,9 @@
 // local commit fail after the copy was sent, the call fails (the caller
 // denies with 503) and the copy is deleted again; a delete that fails too
 // leaves a copy naming a frame the log lacks, which `autonomy wal
-// check-store` reports (copy_without_frame). The copies of concurrent
+// check-store` reports (copy_without_frame), as it does for a replica
+// killed between the copy's commit and its own fsync; either way the call
+// the frame belongs to was never answered. The copies of concurrent
 // calls share transactions (group commit, up to 128 puts, two in flight),
 // so a lone call waits one round trip and a busy replica sends far fewer
 // requests than calls. GET /v1/audit reads the copies of every replica

@@ -69,15 +69,22 @@ func (s *Store) dropCopies(frames []wal.Frame) {
 }
 
 // startCopy queues frames for a copy transaction without waiting: it is
-// called from the log's commit loop (logAndCopy).
+// called from inside the log's commit (logAndCopy).
 func (s *Store) startCopy(frames []wal.Frame) *copyRequest {
 	req := &copyRequest{frames: frames, done: make(chan error, 1)}
+	for i := range frames {
+		req.bytes += copyBytes(&frames[i])
+	}
 	s.copyMu.Lock()
 	s.pending = append(s.pending, req)
 	s.copyMu.Unlock()
 	s.wakeCopier()
 	return req
 }
+
+// copyBytes bounds the bytes a frame's copy adds to a transaction: its
+// attrs as stored unpacked, and room for its key and the other fields.
+func copyBytes(f *wal.Frame) int { return len(f.Attrs) + len(f.AuditID) + 512 }
 
 // copied waits for req's copy transaction.
 func (s *Store) copied(ctx context.Context, req *copyRequest) error {
@@ -90,9 +97,14 @@ func (s *Store) copied(ctx context.Context, req *copyRequest) error {
 	}
 }
 
-// maxCopyOps bounds the puts of one copy transaction: etcd refuses a
-// transaction of more than --max-txn-ops (128 by default).
-const maxCopyOps = 128
+// maxCopyOps and maxCopyBytes bound one copy transaction: etcd refuses a
+// transaction of more than --max-txn-ops puts (128 by default) or a
+// request of more than --max-request-bytes (1.5 MiB by default), and one
+// refused transaction would fail every call it carries.
+const (
+	maxCopyOps   = 128
+	maxCopyBytes = 1 << 20
+)
 
 // copiers is how many copy transactions may be in flight at once: while
 // one commits, the next gathers the copies that arrive meanwhile.
@@ -101,6 +113,7 @@ const copiers = 2
 // copyRequest is one call's frames waiting for their copy transaction.
 type copyRequest struct {
 	frames []wal.Frame
+	bytes  int // copyBytes of the frames
 	done   chan error
 }
 
@@ -113,15 +126,19 @@ func (s *Store) wakeCopier() {
 }
 
 // takeCopies removes from the queue the requests one transaction takes:
-// the oldest, then the next while their frames fit in maxCopyOps (a
-// request alone may have more; it then has a transaction of its own), and
-// their count of frames.
+// the oldest, then the next while their frames fit in maxCopyOps and
+// maxCopyBytes (a request alone may have more; it then has a transaction
+// of its own), and their count of frames.
 func (s *Store) takeCopies() ([]*copyRequest, int) {
 	s.copyMu.Lock()
 	defer s.copyMu.Unlock()
-	n, k := 0, 0
-	for k < len(s.pending) && (k == 0 || n+len(s.pending[k].frames) <= maxCopyOps) {
-		n += len(s.pending[k].frames)
+	n, size, k := 0, 0, 0
+	for k < len(s.pending) {
+		r := s.pending[k]
+		if k > 0 && (n+len(r.frames) > maxCopyOps || size+r.bytes > maxCopyBytes) {
+			break
+		}
+		n, size = n+len(r.frames), size+r.bytes
 		k++
 	}
 	batch := slices.Clone(s.pending[:k])

@@ -84,7 +84,7 @@ type Store struct {
 	copyMu   sync.Mutex
 	pending  []*copyRequest
 	copyWake chan struct{}
-	// afterStaged, set by tests, runs in the log's commit loop once a
+	// afterStaged, set by tests, runs inside the log's commit once a
 	// copy was sent and before the local commit goes to the disk.
 	afterStaged func()
 	// recent holds the bindings this replica recorded or read lately
