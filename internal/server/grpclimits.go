@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -111,7 +112,25 @@ func grpcLimitOptions(c *config.Config) []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(b.stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPC.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.GRPC.MaxConnectionIdle}),
+		// Fixed flow-control windows: room for the largest message on a
+		// stream (what its reservation holds), and for the most grpc's
+		// own window estimate would grow to on a connection. A window set
+		// turns that estimate off: it sent a PING with every request
+		// message and read its ack, a write, two reads and the wake-ups
+		// between them on every Check (docs/PERFORMANCE.md, "One caller").
+		grpc.InitialWindowSize(streamWindow(b.msgSize)),
+		grpc.InitialConnWindowSize(max(streamWindow(b.msgSize), connWindowFloor)),
 	}
+}
+
+// connWindowFloor is the least connection window: grpc's own estimate
+// grows the window up to it.
+const connWindowFloor = 16 << 20
+
+// streamWindow is the flow-control window of a stream taking messages of
+// at most msg bytes, within what HTTP/2 allows.
+func streamWindow(msg int64) int32 {
+	return int32(min(msg, math.MaxInt32))
 }
 
 // limitConnections bounds the connections ln accepts at once.

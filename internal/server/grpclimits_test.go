@@ -104,3 +104,66 @@ func TestGRPCStalledStreamsAreBounded(t *testing.T) {
 	}
 	t.Logf("how the %d streams ended: %v", streams, counts)
 }
+
+// TestGRPCWindowsAreFixed: the listener advertises a stream window with
+// room for its largest message and sends no PING of grpc's window
+// estimate with a request message, so a Check costs one read and one
+// write of the connection, not three and two (docs/PERFORMANCE.md).
+func TestGRPCWindowsAreFixed(t *testing.T) {
+	e := obsStart(t, nil, Options{ReadinessInterval: -1})
+	conn, err := net.Dial("tcp", e.addrs.GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "autonomy"},
+		{":path", "/envoy.service.auth.v3.Authorization/Check"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteData(1, true, make([]byte, 5)); err != nil { // an empty CheckRequest
+		t.Fatal(err)
+	}
+	var window uint32
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				window = v
+			}
+			if !f.IsAck() {
+				if err := fr.WriteSettingsAck(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				t.Fatalf("the server sent a PING with the request message")
+			}
+		}
+		if f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagHeadersEndStream) {
+			break
+		}
+	}
+	if want := uint32(config.Default().HTTP.MaxBodyBytes + 1<<20); window != want {
+		t.Fatalf("stream window %d, want %d", window, want)
+	}
+}
