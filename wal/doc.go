@@ -124,7 +124,11 @@
 // the transaction it is given. A commit that fails fails exactly the writes
 // that were in it. AppendDecision and RecordPreflight put attrs in
 // canonical form (and pack them) in the writer's goroutine, before queueing,
-// so the commit every writer waits on spends its time on bbolt.
+// and Consume builds its two frames there for the result it expects (the
+// first step it admits, consumed; the commit builds them again only when
+// the result differs), so the commit every writer waits on spends its time
+// on bbolt. TestCommitPages counts the pages each path's commit writes,
+// bucket by bucket (docs/PERFORMANCE.md, "Commit pages").
 //
 // # Durable before answered
 //
