@@ -23,8 +23,13 @@ import (
 // decoded objects hold has none; a body of exactly one value followed by
 // nothing but whitespace has nothing left for the two-pass reading to
 // refuse. Anything else (a syntax error, trailing data, fewer members held
-// than written) is read again the two-pass way for its error.
+// than written) is read again the two-pass way for its error. Before all
+// that, canon.ParseStrict takes a body that is one value naming no member
+// twice, with a fraction of the allocations.
 func parseBody(b []byte) (any, error) {
+	if doc, ok := canon.ParseStrict(b); ok {
+		return doc, nil // one value, no name twice
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var doc any

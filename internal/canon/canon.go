@@ -79,7 +79,7 @@ func canonical(v any, use func([]byte)) error {
 		}
 		// Text writeText does not take is parsed, which decides.
 		buf.Reset()
-		parsed, err := Parse(raw)
+		parsed, err := parseJSON(raw)
 		if err != nil {
 			return err
 		}
@@ -96,6 +96,15 @@ func canonical(v any, use func([]byte)) error {
 // map[string]any, []any, string, bool, nil and json.Number. Trailing data
 // is an error.
 func Parse(raw []byte) (any, error) {
+	if v, ok := parseText(raw); ok {
+		return v, nil
+	}
+	return parseJSON(raw)
+}
+
+// parseJSON is Parse through encoding/json, which decides for the text
+// parseText does not take.
+func parseJSON(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
 // viaParse is what canonical wrote for JSON text before writeText: the text
 // parsed into generic values, then written.
 func viaParse(raw []byte) ([]byte, error) {
-	v, err := Parse(raw)
+	v, err := parseJSON(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -119,4 +120,39 @@ func BenchmarkDigestText(b *testing.B) {
 			_ = DigestBytes(out)
 		}
 	})
+}
+
+// sameParse fails t when parseText takes raw and decodes other values than
+// encoding/json does, or takes text encoding/json refuses.
+func sameParse(t *testing.T, raw []byte) (taken bool) {
+	t.Helper()
+	got, taken := parseText(raw)
+	want, err := parseJSON(raw)
+	switch {
+	case taken && err != nil:
+		t.Fatalf("parseText took %q, which encoding/json refuses: %v", raw, err)
+	case taken && !reflect.DeepEqual(got, want):
+		t.Fatalf("parseText(%q) = %#v, encoding/json gives %#v", raw, got, want)
+	}
+	return taken
+}
+
+func TestParseTextAsEncodingJSON(t *testing.T) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x",{}],"c":{"d":[]}}`, `-0.5e-3`, `"\u00e9\n"`, `[]`, ` {} `, `null`} {
+		if !sameParse(t, []byte(s)) {
+			t.Errorf("parseText refused %s", s)
+		}
+	}
+	for _, s := range []string{`{"a":1,"a":2}`, "\"\xff\"", `"\ud800"`, `{} {}`, `{`, ``, `[1,]`} {
+		if sameParse(t, []byte(s)) {
+			t.Errorf("parseText took %q", s)
+		}
+	}
+}
+
+func FuzzParseText(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1.5e300,"x",null]`, `"\u00e9"`, `{"b":{"c":[true,false]}}`, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) { sameParse(t, in) })
 }
