@@ -293,10 +293,19 @@ var pagePaths = []struct {
 
 // measurePages counts commits of each path on a log of sets preflights,
 // serial (one write a commit) and batched (batch writes a commit, what 64
-// callers share), and returns the mean per commit, path by path.
-func measurePages(t testing.TB, sets, commits, batch int) map[string][2]commitPages {
-	out := map[string][2]commitPages{}
+// callers share), and returns the sums, path by path, and each bucket's
+// depth at the end.
+func measurePages(t testing.TB, sets, commits, batch int) (out map[string][2]commitPages, depth map[string]int) {
+	out, depth = map[string][2]commitPages{}, map[string]int{}
 	px := newPagesFixture(t, sets)
+	defer func() {
+		_ = px.db.View(func(tx *Tx) error {
+			for _, name := range allBuckets {
+				depth[string(name)] = tx.btx.Bucket(name).Stats().Depth
+			}
+			return nil
+		})
+	}()
 	for _, p := range pagePaths {
 		var means [2]commitPages
 		for k, size := range []int{1, batch} {
@@ -329,7 +338,7 @@ func measurePages(t testing.TB, sets, commits, batch int) map[string][2]commitPa
 		}
 		out[p.name] = means
 	}
-	return out
+	return out, depth
 }
 
 // TestCommitPages counts the pages each path's commit writes, per bucket,
@@ -350,7 +359,17 @@ func TestCommitPages(t *testing.T) {
 		commits = 20
 	}
 	const batch = 20
-	res := measurePages(t, sets, commits, batch)
+	res, depth := measurePages(t, sets, commits, batch)
+	// A serial write rewrites the last leaf of each bucket it touches and
+	// the branches above it, with a split now and then: more would mean
+	// its keys landing on scattered leaves.
+	for _, p := range pagePaths {
+		for b, n := range res[p.name][0].bucket {
+			if mean, most := float64(n)/float64(commits), float64(depth[b])+0.6; b != "(root)" && mean > most {
+				t.Errorf("%s: %.1f pages a serial commit in %s, %d deep; want at most %.1f", p.name, mean, b, depth[b], most)
+			}
+		}
+	}
 	var names []string
 	for _, m := range res {
 		for _, c := range m {
