@@ -17,7 +17,7 @@ func (db *DB) AppendPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 // step, and r.Decision's frame when r.Decision is set. No marker is
 // written.
 func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeResult) ([]Frame, error) {
-	return db.AppendStaged(ctx, r.ConsumeFrames(res), nil)
+	return db.AppendFrames(ctx, r.ConsumeFrames(res))
 }
 
 // ConsumeFrames are the frames AppendConsume appends for res.
@@ -32,12 +32,8 @@ func (r *ConsumeRequest) ConsumeFrames(res ConsumeResult) []FrameInput {
 	return ins
 }
 
-// AppendStaged durably appends ins in one commit, telling staged the
-// frames once their seqs and hashes are final and before the commit goes
-// to the disk (UpdateStaged); nil staged is told nothing. When staged was
-// told and AppendStaged then fails, the frames it was told are not in the
-// log.
-func (db *DB) AppendStaged(ctx context.Context, ins []FrameInput, staged func([]Frame)) ([]Frame, error) {
+// AppendFrames durably appends ins in one commit.
+func (db *DB) AppendFrames(ctx context.Context, ins []FrameInput) ([]Frame, error) {
 	for i := range ins {
 		var err error
 		if ins[i], err = db.preEncode(ins[i]); err != nil {
@@ -45,11 +41,7 @@ func (db *DB) AppendStaged(ctx context.Context, ins []FrameInput, staged func([]
 		}
 	}
 	var frames []Frame
-	var tell func()
-	if staged != nil {
-		tell = func() { staged(frames) }
-	}
-	err := db.UpdateStaged(ctx, func(tx *Tx) error {
+	err := db.Update(ctx, func(tx *Tx) error {
 		frames = frames[:0]
 		for _, in := range ins {
 			f, err := tx.Append(in)
@@ -59,7 +51,7 @@ func (db *DB) AppendStaged(ctx context.Context, ins []FrameInput, staged func([]
 			frames = append(frames, f)
 		}
 		return nil
-	}, tell)
+	})
 	return frames, err
 }
 

@@ -168,11 +168,8 @@ const maxWaiting = 4096
 
 // write is one queued write; its caller waits on done.
 type write struct {
-	fn func(*Tx) error
-	// staged, when set, runs once every write of the commit has run its
-	// fn and before the commit goes to the disk (UpdateStaged).
-	staged func()
-	done   chan error
+	fn   func(*Tx) error
+	done chan error
 }
 
 // answer tells the writer how its write ended.
@@ -296,20 +293,10 @@ func (db *DB) Close() error {
 // that arrive while a commit runs queue, and the commit loop commits them
 // together, up to MaxBatch at a time, until none is left.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
-	return db.UpdateStaged(ctx, fn, nil)
-}
-
-// UpdateStaged is Update that also runs staged, in whichever goroutine
-// commits the write, once every write of the commit has run its fn and
-// before the commit goes to the disk: what fn appended then has its final seq and hash unless the
-// commit fails, which the returned error tells. A shared store sends its
-// copy of the frames from there, so the copy's round trip and the fsync
-// overlap. staged runs at most once and must not block.
-func (db *DB) UpdateStaged(ctx context.Context, fn func(*Tx) error, staged func()) error {
 	if err := db.Trusted(); err != nil {
 		return err
 	}
-	w := &write{fn: fn, staged: staged, done: make(chan error, 1)}
+	w := &write{fn: fn, done: make(chan error, 1)}
 	db.mu.RLock()
 	if db.closed {
 		db.mu.RUnlock()
@@ -446,14 +433,7 @@ func (db *DB) commit(batch []*write) {
 				}
 				if tx.appended {
 					b, _ := json.Marshal(head)
-					if err := btx.Bucket(bucketMeta).Put(keyHead, b); err != nil {
-						return err
-					}
-				}
-				for _, w := range batch {
-					if w.staged != nil {
-						w.staged()
-					}
+					return btx.Bucket(bucketMeta).Put(keyHead, b)
 				}
 				return nil
 			})

@@ -35,39 +35,32 @@
 //
 // # Frames
 //
-// Each replica writes every frame to its own hash-chained WAL and a copy
-// to P f/…, both durable before the answer that depends on them. The copy
-// is sent from inside the log's commit (wal.DB.AppendStaged): once every
-// write of the commit has run, the frames' seq, prev_hash and hash are
-// final, and the copy's transaction goes out while bbolt's commit writes
-// and fsyncs the file; the answer waits for both, so a call pays the
-// longer of the fsync and one round trip instead of their sum. Should the
-// local commit fail after the copy was sent, the call fails (the caller
-// denies with 503) and the copy is deleted again; a delete that fails too
-// leaves a copy naming a frame the log lacks, which `autonomy wal
-// check-store` reports (copy_without_frame), as it does for a replica
-// killed between the copy's commit and its own fsync; either way the call
-// the frame belongs to was never answered. The copies of concurrent
-// calls share transactions (group commit, up to 128 puts, two in flight),
-// so a lone call waits one round trip and a busy replica sends far fewer
-// requests than calls. GET /v1/audit reads the copies of every replica
-// (and the local log, for frames whose copies expired), so it answers the
-// same on every live replica, also after the writer died. A preflight's
-// frame is written before its binding, so a binding in etcd always has
-// its frame somewhere; a write refused as a conflict after the frame
-// leaves the frame in the local log alone, which check-store reports.
+// Each replica writes every frame to its own hash-chained WAL first, and a
+// copy to P f/…, before the answer that depends on it; the copies of
+// concurrent calls share transactions (group commit, up to 128 puts or
+// 1 MiB, two in flight), so a lone call waits one round trip and a busy
+// replica sends far fewer requests than calls. GET /v1/audit reads the
+// copies of every replica (and the local log, for frames whose copies
+// expired), so it answers the same on every live replica, also after the
+// writer died. A preflight's frame is written before its binding, so a
+// binding in etcd always has its frame somewhere; a write refused as a
+// conflict after the frame leaves the frame in the local log alone, which
+// `autonomy wal check-store` reports.
 //
-// The other way to take the copy off a consume's critical path would be
-// to carry the decision frames' content in the marker's transaction and
-// let the full copy (with seq and hash) follow asynchronously, the audit
-// join showing the marker's content while no copy exists. It was not
-// taken: a marker is written only by a consume that spends a step, so a
-// replay's or a policy's deny would still need its copy in series; the
-// audit join would show a frame without seq or hash for a while, then the
-// frame, so two replicas could answer the same audit id differently; and
-// check-store could no longer tell a lost copy from a late one. Sending
-// the copy during the fsync keeps one shape for every frame, at the cost
-// of a copy that a failed local commit must delete.
+// The copy follows the local commit; it does not overlap its fsync. A copy
+// sent once the frames' seqs and hashes are final but before they are on
+// the replica's disk was tried, and the crash soak on etcd refuted it: a
+// replica killed between the copy's commit and its own fsync comes back
+// with the copy in etcd naming a seq its log never had, reuses that seq
+// for its next frame, and the chain the other replicas' audit join shows
+// forks from the replica's own (check-store: copy_without_frame, then
+// copy_differs). Carrying the decision frames' content in the marker's
+// transaction, the full copy following asynchronously, would take the copy
+// off an allowed consume's path without that fork, but only for allowed
+// consumes (a replay's or a policy's deny writes no marker), and the audit
+// join would show a frame without seq or hash until its copy arrives, so
+// two replicas could answer one audit id differently for a while; it is
+// not built.
 //
 // # Leases
 //

@@ -23,53 +23,20 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	return s.copied(ctx, s.startCopy(frames))
 }
 
-// logAndCopy appends ins to the replica's log and copies them to etcd,
-// and returns once both are durable. The copy is sent as soon as the
-// frames' seqs and hashes are final, before the log's commit goes to the
-// disk (wal.DB.AppendStaged), so its round trip overlaps the fsync
-// instead of following it. Should the local commit fail after the copy
-// was sent, the copy is deleted again, best effort (doc.go, "Frames").
+// logAndCopy appends ins to the replica's log, then copies them to etcd,
+// and returns once both are durable. The copy follows the local commit:
+// a copy sent before the frames are on the replica's disk would, should
+// the replica die in between, name a seq its log never had and that it
+// then reuses for another frame (doc.go, "Frames").
 func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
-	var req *copyRequest
-	frames, err := s.log.AppendStaged(ctx, ins, func(fs []wal.Frame) {
-		if len(fs) > 0 {
-			req = s.startCopy(slices.Clone(fs))
-		}
-		if s.afterStaged != nil {
-			s.afterStaged()
-		}
-	})
-	if req == nil {
-		return frames, err
-	}
-	cerr := s.copied(ctx, req)
+	frames, err := s.log.AppendFrames(ctx, ins)
 	if err != nil {
-		// Whether or not the copy's answer came, it may have committed.
-		s.dropCopies(req.frames)
 		return nil, err
 	}
-	return frames, cerr
+	return frames, s.copyFrames(ctx, frames)
 }
 
-// dropCopies deletes the copies of frames a failed local commit left
-// without their originals. A copy it cannot delete is what
-// `autonomy wal check-store` reports as a record naming a frame the
-// replica lacks.
-func (s *Store) dropCopies(frames []wal.Frame) {
-	ops := make([]clientv3.Op, len(frames))
-	for i := range frames {
-		ops[i] = clientv3.OpDelete(s.p.frame(frames[i].AuditID, s.o.Replica, frames[i].Seq))
-	}
-	octx, cancel := s.opCtx(s.bg)
-	defer cancel()
-	_, err := s.cli.Txn(octx).Then(ops...).Commit()
-	if err = s.seen(octx, err); err != nil {
-		s.logger.Error("etcd: a frame copy outlived its failed local commit", "frames", len(frames), "err", err)
-	}
-}
-
-// startCopy queues frames for a copy transaction without waiting: it is
-// called from inside the log's commit (logAndCopy).
+// startCopy queues frames for a copy transaction without waiting.
 func (s *Store) startCopy(frames []wal.Frame) *copyRequest {
 	req := &copyRequest{frames: frames, done: make(chan error, 1)}
 	for i := range frames {

@@ -84,9 +84,6 @@ type Store struct {
 	copyMu   sync.Mutex
 	pending  []*copyRequest
 	copyWake chan struct{}
-	// afterStaged, set by tests, runs inside the log's commit once a
-	// copy was sent and before the local commit goes to the disk.
-	afterStaged func()
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
