@@ -97,7 +97,7 @@ type Options struct {
 	// is later found to differ from its frame.
 	OnVerify func(frames int, took time.Duration, err error)
 	// CompactChunk caps how many frames one compaction transaction removes,
-	// so compaction never holds the commit loop for long. Zero means 256.
+	// so compaction never holds up other writes for long. Zero means 256.
 	CompactChunk int
 	// Replica, when set, is written into every appended frame's attrs as
 	// "replica": the name of the replica that wrote it, so frames gathered
