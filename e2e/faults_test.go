@@ -790,7 +790,7 @@ func TestFaultRunawayPolicyAndClause(t *testing.T) {
 		t.Fatal("the default data.yaml has no capabilities: block to extend")
 	}
 	files := map[string]string{"bundle/policy.rego": fltRunawayPolicy, "bundle/data.yaml": withCaps,
-		"autonomy.yaml": "policy:\n  timeout: 200ms\nlog:\n  decisions: true\n"}
+		"autonomy.yaml": "policy:\n  timeout: 200ms\n"}
 	for name, text := range files {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {

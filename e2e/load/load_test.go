@@ -105,7 +105,7 @@ func TestLoadBesideOPAEnvoy(t *testing.T) {
 		t.Skip("AUTONOMY_OPA_ENVOY is not set: no opa-envoy-plugin binary to measure beside the service")
 	}
 	cfg, rep, out := runBriefly(t, builtService(t), "-conc", "1,64", "-frames", "0",
-		"-opa-envoy", opa, "-decision-log")
+		"-opa-envoy", opa, "-no-decision-log")
 	for _, target := range []string{targetOPA, targetOPALog} {
 		for _, conc := range cfg.conc {
 			if r := rep.find(target, scOPAAllow, conc); r.Calls == 0 || r.Errors != 0 || r.CPUMicros <= 0 {

@@ -57,8 +57,8 @@ type settings struct {
 	// opaEnvoy is the opa-envoy-plugin binary measured beside the service;
 	// "" skips those rows.
 	opaEnvoy string
-	// decisionLog runs the service with log.decisions on.
-	decisionLog bool
+	// noDecisionLog runs the service with log.decisions off.
+	noDecisionLog bool
 	// etcd adds the runs on the etcd backend (etcd.go).
 	etcd bool
 	// serviceArgs are more flags of the service's serve.
@@ -135,7 +135,7 @@ func parseFlags(args []string) (settings, error) {
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this file")
 	fs.StringVar(&cfg.opaEnvoy, "opa-envoy", "", "opa-envoy-plugin binary to measure beside the service, without and with its decision log")
 	fs.BoolVar(&cfg.etcd, "etcd", false, "also run the service scenarios on etcd: one replica, then three, on a local one-member etcd (etcd.go)")
-	fs.BoolVar(&cfg.decisionLog, "decision-log", false, "run the service with log.decisions: true (one log line per decision, to a file; off by default, and the WAL holds each either way)")
+	fs.BoolVar(&cfg.noDecisionLog, "no-decision-log", false, "run the service with log.decisions: false (no log line per decision; the WAL still holds each)")
 	env := fs.String("service-env", "", "comma-separated NAME=VALUE pairs added to the service's environment (GOGC=400,GOMEMLIMIT=120MiB)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -281,10 +281,10 @@ func printSettings(out io.Writer, cfg settings, rep *report) {
 	if len(cfg.serviceEnv) > 0 {
 		fmt.Fprintf(out, "service environment: %s\n", strings.Join(cfg.serviceEnv, " "))
 	}
-	if cfg.decisionLog {
-		fmt.Fprintln(out, "service: log.decisions true (one decision log line per decision, to a file)")
+	if cfg.noDecisionLog {
+		fmt.Fprintln(out, "service: log.decisions false (no decision log lines)")
 	} else {
-		fmt.Fprintln(out, "service: log.decisions false, the default (no decision log lines; the WAL holds every decision)")
+		fmt.Fprintln(out, "service: one decision log line per decision, to a file (the default)")
 	}
 }
 
@@ -345,7 +345,7 @@ func newService(ctx context.Context, cfg settings, cl *client, dir string, warm 
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	p, addrs, err := startService(cfg.bin, dir, cfg.serviceEnv, cfg.decisionLog, cfg.serviceArgs...)
+	p, addrs, err := startService(cfg.bin, dir, cfg.serviceEnv, !cfg.noDecisionLog, cfg.serviceArgs...)
 	if err != nil {
 		return nil, err
 	}

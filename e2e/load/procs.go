@@ -192,14 +192,14 @@ type serviceAddrs struct {
 }
 
 // startService runs `autonomy serve` in enforce mode on dataDir, logging (at
-// the default level, info: with decisionLog one line per decision too) to a
-// file beside it, and waits for its "listening" line.
+// the default level, info: with decisionLog one line per decision, as by
+// default) to a file beside it, and waits for its "listening" line.
 func startService(bin, dataDir string, env []string, decisionLog bool, args ...string) (*proc, serviceAddrs, error) {
 	var addrs serviceAddrs
 	cfg := filepath.Join(dataDir, "autonomy.yaml")
 	yaml := "contract_refine:\n  mode: enforce\n"
-	if decisionLog {
-		yaml += "log:\n  decisions: true\n"
+	if !decisionLog {
+		yaml += "log:\n  decisions: false\n"
 	}
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return nil, addrs, err

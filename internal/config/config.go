@@ -164,9 +164,8 @@ type Log struct {
 	// Level is debug, info, warn or error.
 	Level string `yaml:"level"`
 	// Decisions writes one info line per decision (a Check's `decision`,
-	// a preflight's `preflight decided`). Off by default, as OPA's
-	// decision log is: the WAL holds every decision durably either way,
-	// and the line's write slows the WAL's own fsyncs (docs/PERFORMANCE.md).
+	// a preflight's `preflight decided`). The WAL holds every decision
+	// durably either way; off saves the line's formatting and write.
 	Decisions bool `yaml:"decisions"`
 }
 
@@ -280,7 +279,7 @@ func Default() Config {
 			ReceiveTimeout: 10 * time.Second, KeepaliveMinTime: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute},
 		Gate:      Gate{Protocol: ProtocolTool, Path: "/v1/tool", KindPointer: "/kind", ArgsPointer: "/args"},
 		WAL:       WAL{Retention: 720 * time.Hour, CompactionInterval: time.Hour},
-		Log:       Log{Level: "info"},
+		Log:       Log{Level: "info", Decisions: true},
 		Policy:    Policy{Timeout: 250 * time.Millisecond},
 		Tracing:   Tracing{SampleRatio: 1},
 		Reload:    Reload{Watch: true, Debounce: 250 * time.Millisecond},

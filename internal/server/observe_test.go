@@ -221,7 +221,7 @@ func TestTracing(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	e := obsStart(t, func(c *config.Config) { c.Log.Decisions = true }, Options{TracerProvider: tp, ReadinessInterval: -1})
+	e := obsStart(t, nil, Options{TracerProvider: tp, ReadinessInterval: -1})
 
 	echo := toolBody("tool.echo", map[string]any{"msg": "hi"})
 	tests := map[string]struct {
@@ -357,7 +357,7 @@ func leadsTo(spans tracetest.SpanStubs, s *tracetest.SpanStub, remoteParent stri
 // endpoint: the log lines carry no trace ids even when the caller sends a
 // traceparent.
 func TestTracingOffByDefault(t *testing.T) {
-	e := obsStart(t, func(c *config.Config) { c.Log.Decisions = true }, Options{ReadinessInterval: -1})
+	e := obsStart(t, nil, Options{ReadinessInterval: -1})
 	if e.srv.obs.tracing.Enabled() {
 		t.Fatal("tracing is on without tracing.otlp_endpoint")
 	}
@@ -376,7 +376,7 @@ func TestTracingOffByDefault(t *testing.T) {
 // TestDecisionLogs checks one info line per decision, with the audit id,
 // outcome and reason, and that no raw args reach the log on any path.
 func TestDecisionLogs(t *testing.T) {
-	e := obsStart(t, func(c *config.Config) { c.Log.Decisions = true }, Options{ReadinessInterval: -1})
+	e := obsStart(t, nil, Options{ReadinessInterval: -1})
 	const secret = "s3cr3t-do-not-log-4711"
 	pf := e.preflight(t, preflightBody("logs", secret), nil)
 	body := toolBody("tool.echo", map[string]any{"msg": secret})
@@ -424,14 +424,10 @@ func TestDecisionLogs(t *testing.T) {
 	}
 }
 
-// TestDecisionLogsOff: with log.decisions false, the default, no decision
-// or preflight line is logged, and the decisions are in the WAL all the
-// same.
+// TestDecisionLogsOff: with log.decisions false no decision or preflight
+// line is logged, and the decisions are in the WAL all the same.
 func TestDecisionLogsOff(t *testing.T) {
-	if config.Default().Log.Decisions {
-		t.Fatal("log.decisions is on by default")
-	}
-	e := obsStart(t, nil, Options{ReadinessInterval: -1})
+	e := obsStart(t, func(c *config.Config) { c.Log.Decisions = false }, Options{ReadinessInterval: -1})
 	pf := e.preflight(t, preflightBody("quiet", "hi"), nil)
 	allow := e.mustCheck(t, toolBody("tool.echo", map[string]any{"msg": "hi"}),
 		map[string]string{binding.HeaderPreflightID: pf.PreflightID, "x-request-id": "q1"})
