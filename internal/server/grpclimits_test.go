@@ -28,31 +28,14 @@ func TestGRPCStalledStreamsAreBounded(t *testing.T) {
 		c.GRPC.MaxBytesInFlight = 2 * (c.HTTP.MaxBodyBytes + 1<<20) // two messages
 		c.GRPC.ReceiveTimeout = 500 * time.Millisecond
 	}, Options{ReadinessInterval: -1})
-	conn, err := net.Dial("tcp", e.addrs.GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "autonomy"},
-		{":path", "/envoy.service.auth.v3.Authorization/Check"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
+	conn, fr, headers := rawCheckConn(t, e.addrs.GRPC)
 	// The gRPC message prefix declares 2 MiB; 8 KiB of it is sent.
 	data := make([]byte, 5+8<<10)
 	binary.BigEndian.PutUint32(data[1:5], 2<<20)
 	const streams = 12
 	for i := range streams {
 		id := uint32(2*i + 1)
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: headers, EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
 		if err := fr.WriteData(id, false, data); err != nil {
@@ -111,28 +94,11 @@ func TestGRPCStalledStreamsAreBounded(t *testing.T) {
 // write of the connection, not three and two (docs/PERFORMANCE.md).
 func TestGRPCWindowsAreFixed(t *testing.T) {
 	e := obsStart(t, nil, Options{ReadinessInterval: -1})
-	conn, err := net.Dial("tcp", e.addrs.GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, fr, headers := rawCheckConn(t, e.addrs.GRPC)
 	if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "autonomy"},
-		{":path", "/envoy.service.auth.v3.Authorization/Check"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: headers, EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fr.WriteData(1, true, make([]byte, 5)); err != nil { // an empty CheckRequest
@@ -166,4 +132,31 @@ func TestGRPCWindowsAreFixed(t *testing.T) {
 	if want := uint32(config.Default().HTTP.MaxBodyBytes + 1<<20); window != want {
 		t.Fatalf("stream window %d, want %d", window, want)
 	}
+}
+
+// rawCheckConn opens an HTTP/2 connection to the gRPC listener at addr by
+// hand, preface and settings sent, closed when the test ends, and returns
+// it with its framer and the header block of a Check request, for tests
+// that script frames no gRPC client would send.
+func rawCheckConn(t *testing.T, addr string) (net.Conn, *http2.Framer, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "autonomy"},
+		{":path", "/envoy.service.auth.v3.Authorization/Check"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return conn, fr, hb.Bytes()
 }
