@@ -401,16 +401,13 @@ func TestCommitPages(t *testing.T) {
 	t.Log("\n" + sb.String())
 }
 
-// TestCommitCost weighs bbolt settings against each other by what a serial
-// consume's commit costs, wall time and the process's CPU (user and
+// BenchmarkCommitCost weighs bbolt settings against each other by what a
+// serial consume's commit costs, wall time and the process's CPU (user and
 // system), the logs' commits interleaved one by one in one process so that
-// every setting sees the same moments of a shared disk. It runs only with
-// WAL_COMMIT_COST set to the number of rounds (docs/PERFORMANCE.md).
-func TestCommitCost(t *testing.T) {
-	rounds, _ := strconv.Atoi(os.Getenv("WAL_COMMIT_COST"))
-	if rounds <= 0 {
-		t.Skip("set WAL_COMMIT_COST to the number of rounds to weigh bbolt settings")
-	}
+// every setting sees the same moments of a shared disk: b.N rounds, one
+// commit of each setting a round (-benchtime 400x; docs/PERFORMANCE.md).
+func BenchmarkCommitCost(b *testing.B) {
+	t, rounds := b, b.N
 	type setting struct {
 		name string
 		tune func(*bolt.Options)
@@ -464,14 +461,16 @@ func TestCommitCost(t *testing.T) {
 	t.Log("\n" + sb.String())
 }
 
-// TestOpenWithoutFreelist measures what bbolt's NoFreelistSync costs at
-// Open: without a freelist on disk, Open walks every page of the file to
-// find the free ones. It fills a log of WAL_OPEN_FRAMES frames in the
-// service's proportions, and runs only with that set (docs/PERFORMANCE.md).
-func TestOpenWithoutFreelist(t *testing.T) {
+// BenchmarkOpenWithoutFreelist measures what bbolt's NoFreelistSync costs
+// at Open: without a freelist on disk, Open walks every page of the file to
+// find the free ones. It fills a log of WAL_OPEN_FRAMES frames (30,000
+// unless set) in the service's proportions and opens it b.N times each way
+// (-benchtime 1x; docs/PERFORMANCE.md).
+func BenchmarkOpenWithoutFreelist(b *testing.B) {
+	t := b
 	frames, _ := strconv.Atoi(os.Getenv("WAL_OPEN_FRAMES"))
 	if frames <= 0 {
-		t.Skip("set WAL_OPEN_FRAMES to the log's size to measure Open without a freelist")
+		frames = 30000
 	}
 	dir := t.TempDir()
 	start := time.Now()
@@ -500,8 +499,10 @@ func TestOpenWithoutFreelist(t *testing.T) {
 		}
 		return took, cpu
 	}
-	for _, nf := range []bool{false, true, true, false, false} {
-		took, cpu := open(nf)
-		t.Logf("open, NoFreelistSync %v (the file had the other form before the first of each): %v, CPU %v", nf, took, cpu)
+	for range b.N {
+		for _, nf := range []bool{false, true, true, false, false} {
+			took, cpu := open(nf)
+			t.Logf("open, NoFreelistSync %v (the file had the other form before the first of each): %v, CPU %v", nf, took, cpu)
+		}
 	}
 }
