@@ -108,6 +108,15 @@ type source struct {
 // excluded.
 func moduleSources(t *testing.T) []source {
 	t.Helper()
+	_, out := parseModule(t, false, 0)
+	return out
+}
+
+// parseModule parses the module's Go files, testdata excluded: the non-test
+// ones, and the tests too when withTests, with mode added to
+// parser.SkipObjectResolution.
+func parseModule(t *testing.T, withTests bool, mode parser.Mode) (*token.FileSet, []source) {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +133,10 @@ func moduleSources(t *testing.T) []source {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") || !withTests && strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, nil, mode|parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
@@ -141,7 +150,7 @@ func moduleSources(t *testing.T) []source {
 	if len(out) < 50 {
 		t.Fatalf("found %d Go files under %s; is the test run from the module?", len(out), root)
 	}
-	return out
+	return fset, out
 }
 
 // stringLits calls fn with each string literal of f.
@@ -251,36 +260,12 @@ var outsideRefs = regexp.MustCompile(`SPEC §|\bINV-CR-\d|\bseed 0\d\d`)
 // specification's sections, its invariants or its seed documents: comments
 // name a document in the repository (README.md, docs/) or say the rule.
 func TestCommentsCiteTheRepo(t *testing.T) {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); name == "testdata" || strings.HasPrefix(name, ".") && path != root {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		for _, g := range f.Comments {
+	fset, sources := parseModule(t, true, parser.ParseComments)
+	for _, src := range sources {
+		for _, g := range src.file.Comments {
 			if m := outsideRefs.FindString(g.Text()); m != "" {
 				t.Errorf("%s: comment cites %q, a document outside the repository", fset.Position(g.Pos()), m)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
