@@ -12,15 +12,9 @@ func (db *DB) AppendPreflight(ctx context.Context, rec PreflightRecord) (Frame, 
 	return db.AppendDecision(ctx, FrameInput{Kind: KindPreflight, AuditID: rec.Binding.AuditID, Time: rec.Time, Attrs: rec.attrs()})
 }
 
-// AppendConsume durably appends, in one commit, the frames of a consume
-// decided elsewhere: the autonomy.preflight_consumed frame when res spent a
-// step, and r.Decision's frame when r.Decision is set. No marker is
-// written.
-func (db *DB) AppendConsume(ctx context.Context, r ConsumeRequest, res ConsumeResult) ([]Frame, error) {
-	return db.AppendFrames(ctx, r.ConsumeFrames(res))
-}
-
-// ConsumeFrames are the frames AppendConsume appends for res.
+// ConsumeFrames are the frames of a consume decided elsewhere, for
+// AppendFrames: the autonomy.preflight_consumed frame when res spent a
+// step, and r.Decision's frame when r.Decision is set. They hold no marker.
 func (r *ConsumeRequest) ConsumeFrames(res ConsumeResult) []FrameInput {
 	var ins []FrameInput
 	if res.Status == Consumed {

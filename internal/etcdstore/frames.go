@@ -20,7 +20,21 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	return s.copied(ctx, s.startCopy(frames))
+	req := &copyRequest{frames: frames, done: make(chan error, 1)}
+	for i := range frames {
+		req.bytes += copyBytes(&frames[i])
+	}
+	s.copyMu.Lock()
+	s.pending = append(s.pending, req)
+	s.copyMu.Unlock()
+	s.wakeCopier()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The copy may still commit; the caller answers 503 either way.
+		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	}
 }
 
 // logAndCopy appends ins to the replica's log, then copies them to etcd,
@@ -36,33 +50,9 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 	return frames, s.copyFrames(ctx, frames)
 }
 
-// startCopy queues frames for a copy transaction without waiting.
-func (s *Store) startCopy(frames []wal.Frame) *copyRequest {
-	req := &copyRequest{frames: frames, done: make(chan error, 1)}
-	for i := range frames {
-		req.bytes += copyBytes(&frames[i])
-	}
-	s.copyMu.Lock()
-	s.pending = append(s.pending, req)
-	s.copyMu.Unlock()
-	s.wakeCopier()
-	return req
-}
-
 // copyBytes bounds the bytes a frame's copy adds to a transaction: its
 // attrs as stored unpacked, and room for its key and the other fields.
 func copyBytes(f *wal.Frame) int { return len(f.Attrs) + len(f.AuditID) + 512 }
-
-// copied waits for req's copy transaction.
-func (s *Store) copied(ctx context.Context, req *copyRequest) error {
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		// The copy may still commit; the caller answers 503 either way.
-		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
-	}
-}
 
 // maxCopyOps and maxCopyBytes bound one copy transaction: etcd refuses a
 // transaction of more than --max-txn-ops puts (128 by default) or a
