@@ -34,6 +34,10 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	case <-ctx.Done():
 		// The copy may still commit; the caller answers 503 either way.
 		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	case <-s.bg.Done():
+		// Closed: a copier that has returned answers nothing queued
+		// after it drained.
+		return fmt.Errorf("%w: store closed", ErrUnavailable)
 	}
 }
 
