@@ -196,22 +196,31 @@ func planContract(s wal.ConsumeStatus) string {
 // served until min(TTL ceiling, the binding's expiry); evicting it changes
 // no answer: consumption is checked in the store unless the entry knows
 // the step spent, which it learns only from a durable consume (spent.go),
-// and a rebuilt entry knows nothing and asks the store again. The store
-// reads no decision JSON until the policy needs it (decisionDoc).
+// and an entry rebuilt after an eviction knows nothing and asks the store
+// again. An entry rebuilt because its TTL ran out keeps what the old one
+// knew spent: a durable marker stays while the binding can be used, so
+// a replay after the TTL is still answered without the store.
+// The store reads no decision JSON until the policy needs it (decisionDoc).
 func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, error) {
+	var stale *entry
 	if e, ok := g.cache.Get(id); ok {
 		if now.UnixNano() < e.until {
 			g.observeCache(true)
 			return e, nil
 		}
 		g.cache.Remove(id)
+		stale = e
 	}
 	g.observeCache(false)
 	b, err := g.o.Store.Binding(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return g.remember(b, now), nil
+	e := g.remember(b, now)
+	if stale != nil {
+		e.inherit(stale)
+	}
+	return e, nil
 }
 
 // remember caches binding b, read or recorded at now, until the TTL

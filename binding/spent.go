@@ -30,6 +30,17 @@ func (e *entry) markSpent(i int, requestID string) {
 	}
 }
 
+// inherit gives e what old, an earlier entry of the same binding, knew
+// spent. e is new and not yet shared with another call, or already knows
+// the same: knowledge of a marker only ever grows.
+func (e *entry) inherit(old *entry) {
+	p := old.spent.Load()
+	if p == nil || len(*p) != len(e.b.Steps) || old.b.PreflightID != e.b.PreflightID {
+		return
+	}
+	e.spent.CompareAndSwap(nil, p)
+}
+
 // knownPlan answers what wal.Tx.plan would answer for r from the entry
 // alone, when that answer is a deny it can be sure of: Mismatch (no step of
 // the kind has the args, a property of the binding) or Replay (every

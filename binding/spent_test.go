@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/preflight"
@@ -66,6 +67,20 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 		}
 	}
 
+	// The entry's TTL runs out and the binding is read again: what the old
+	// entry knew spent carries over, so a replay still needs no marker read.
+	e.clock.Advance(binding.DefaultCacheTTL + time.Second)
+	before := store.peeks.Load()
+	if d := call("r4"); d.Allowed || d.Reason != preflight.ReasonReplay {
+		t.Fatalf("replay after the cache TTL: %+v", d)
+	}
+	if e.obs.misses.Load() < 2 {
+		t.Fatalf("%d cache misses: the entry was not rebuilt after its TTL", e.obs.misses.Load())
+	}
+	if store.peeks.Load() != before {
+		t.Fatal("replay after the cache TTL read the store's markers")
+	}
+
 	// A binding consumed before this gate knew it (another gate on the same
 	// log): the entry knows nothing, so the store answers, and says replay.
 	one := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", nil))
@@ -74,7 +89,7 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 	if d := other.Check(context.Background(), toolCall("tool.echo", nil, withID(one.PreflightID, "x1"))); !d.Allowed {
 		t.Fatalf("consume through the other gate: %+v", d)
 	}
-	before := store.peeks.Load()
+	before = store.peeks.Load()
 	if d := e.check(toolCall("tool.echo", nil, withID(one.PreflightID, "x2"))); d.Allowed || d.Reason != preflight.ReasonReplay {
 		t.Fatalf("replay of a step consumed elsewhere: %+v", d)
 	}
