@@ -103,6 +103,8 @@ func (g *Gate) peekStore(ctx context.Context, c *call, r *wal.ConsumeRequest) {
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
+	// A peek's Consumed is a free step: only the markers it read are spent.
+	c.bound.markAll(res.Spent)
 	c.contract = c.planContract(res.Status)
 }
 
@@ -332,8 +334,8 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 		return g.frame(c, &final, now)
 	}
 	res, err := g.o.Store.Consume(ctx, r)
-	if err == nil && (res.Status == wal.Consumed || res.Status == wal.Repeated) {
-		c.bound.markSpent(res.StepIndex, c.requestID)
+	if err == nil {
+		c.bound.learn(res, c.requestID)
 	}
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)

@@ -9,12 +9,30 @@ type spentStep struct {
 }
 
 // markSpent records that step i of e is consumed by requestID. It is called
-// only after the store's commit of the marker returned, so the entry never
-// knows a step as consumed before the disk does. Markers are never taken
+// only after the store's commit of the marker returned, or with a marker
+// the store read, so the entry never knows a step as consumed before the
+// store does. Markers are never taken
 // back while a binding can still be used (compaction removes them only
 // after the binding expired), so what an entry knows stays true.
 func (e *entry) markSpent(i int, requestID string) {
-	if i < 0 || i >= len(e.b.Steps) {
+	e.markAll([]wal.SpentStep{{Index: i, RequestID: requestID}})
+}
+
+// learn records what a store's answer res, to a call with requestID, says
+// is spent: the step it consumed or repeated, or on a replay the markers
+// the store read.
+func (e *entry) learn(res wal.ConsumeResult, requestID string) {
+	switch res.Status {
+	case wal.Consumed, wal.Repeated:
+		e.markSpent(res.StepIndex, requestID)
+	case wal.Replay:
+		e.markAll(res.Spent)
+	}
+}
+
+// markAll records every step of steps spent, by its request id.
+func (e *entry) markAll(steps []wal.SpentStep) {
+	if len(steps) == 0 {
 		return
 	}
 	for {
@@ -23,7 +41,11 @@ func (e *entry) markSpent(i int, requestID string) {
 		if old != nil {
 			copy(spent, *old)
 		}
-		spent[i] = spentStep{known: true, requestID: requestID}
+		for _, s := range steps {
+			if s.Index >= 0 && s.Index < len(spent) {
+				spent[s.Index] = spentStep{known: true, requestID: s.RequestID}
+			}
+		}
 		if e.spent.CompareAndSwap(old, &spent) {
 			return
 		}

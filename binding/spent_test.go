@@ -96,6 +96,18 @@ func TestSpentStepsAnsweredFromCache(t *testing.T) {
 	if store.peeks.Load() == before {
 		t.Fatal("replay of a step this gate did not consume was answered without the store")
 	}
+	// The store's replay named the marker it read: the next replay needs
+	// no read, and the consuming request id is still answered by the store.
+	before = store.peeks.Load()
+	if d := e.check(toolCall("tool.echo", nil, withID(one.PreflightID, "x3"))); d.Allowed || d.Reason != preflight.ReasonReplay {
+		t.Fatalf("second replay of a step consumed elsewhere: %+v", d)
+	}
+	if store.peeks.Load() != before {
+		t.Fatal("second replay of a step consumed elsewhere read the store again")
+	}
+	if d := e.check(toolCall("tool.echo", nil, withID(one.PreflightID, "x1"))); !d.Allowed || store.peeks.Load() == before {
+		t.Fatalf("the consuming request again: %+v after %d reads, want an allow from the store", d, store.peeks.Load()-before)
+	}
 
 	// Args that match no step: a mismatch, known from the binding alone.
 	bound := e.record(preflight.OutcomePass, actorID, step("s1", "refund.create.v2", refundArgs))

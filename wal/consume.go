@@ -94,6 +94,24 @@ type ConsumeResult struct {
 	Status    ConsumeStatus
 	StepID    string
 	StepIndex int
+	// Spent, with Status Replay, names the consumed steps the request
+	// matched and the request ids that consumed them, as the store read
+	// them: markers are never taken back while the binding can be used, so
+	// a caller may remember them (binding's cache entry does).
+	Spent []SpentStep
+}
+
+// sameOutcome reports whether res and o are the same answer: status and
+// step (Spent only repeats what the store read).
+func (res ConsumeResult) sameOutcome(o ConsumeResult) bool {
+	return res.Status == o.Status && res.StepID == o.StepID && res.StepIndex == o.StepIndex
+}
+
+// SpentStep is one consumed step of a binding: its index and the
+// x-request-id that consumed it.
+type SpentStep struct {
+	Index     int
+	RequestID string
 }
 
 type consumedRecord struct {
@@ -133,6 +151,7 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	}
 	b := tx.btx.Bucket(bucketConsumed)
 	free, digestSeen := -1, false
+	var spent []SpentStep
 	for i := range r.Binding.Steps {
 		s := &r.Binding.Steps[i]
 		if !r.Admits(i, s) {
@@ -146,15 +165,14 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 			}
 			continue
 		}
-		if r.RequestID != "" {
-			var rec consumedRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return ConsumeResult{}, ErrCorrupt
-			}
-			if rec.repeats(r) {
-				return ConsumeResult{Status: Repeated, StepID: s.ID, StepIndex: i}, nil
-			}
+		var rec consumedRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return ConsumeResult{}, ErrCorrupt
 		}
+		if r.RequestID != "" && rec.repeats(r) {
+			return ConsumeResult{Status: Repeated, StepID: s.ID, StepIndex: i}, nil
+		}
+		spent = append(spent, SpentStep{Index: i, RequestID: rec.RequestID})
 	}
 	switch {
 	case free >= 0:
@@ -162,7 +180,7 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	case !digestSeen:
 		return ConsumeResult{Status: Mismatch, StepIndex: -1}, nil
 	default:
-		return ConsumeResult{Status: Replay, StepIndex: -1}, nil
+		return ConsumeResult{Status: Replay, StepIndex: -1, Spent: spent}, nil
 	}
 }
 
@@ -239,7 +257,7 @@ func (tx *Tx) consume(r *ConsumeRequest, exp *expected) (ConsumeResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if exp == nil || exp.res != res {
+	if exp == nil || !exp.res.sameOutcome(res) {
 		exp = &expected{res: res}
 		if res.Status == Consumed {
 			exp.consumed = r.consumedFrame(res)

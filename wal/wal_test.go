@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"reflect"
 	"testing"
 	"time"
 
@@ -181,7 +182,7 @@ func TestConsumeStatuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Status != tc.status || res.StepID != tc.stepID || peek != res {
+			if res.Status != tc.status || res.StepID != tc.stepID || !reflect.DeepEqual(peek, res) {
 				t.Fatalf("consume = %+v (peek %+v), want %v %q", res, peek, tc.status, tc.stepID)
 			}
 		})

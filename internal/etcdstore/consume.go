@@ -39,6 +39,7 @@ func plan(r *wal.ConsumeRequest, st *seenState) wal.ConsumeResult {
 		return wal.ConsumeResult{Status: wal.Gone, StepIndex: -1}
 	}
 	free, matched := -1, false
+	var spent []wal.SpentStep
 	for i := range r.Binding.Steps {
 		step := &r.Binding.Steps[i]
 		if !r.Admits(i, step) {
@@ -55,6 +56,7 @@ func plan(r *wal.ConsumeRequest, st *seenState) wal.ConsumeResult {
 		if m.repeats(r) {
 			return wal.ConsumeResult{Status: wal.Repeated, StepID: step.ID, StepIndex: i}
 		}
+		spent = append(spent, wal.SpentStep{Index: i, RequestID: m.RequestID})
 	}
 	switch {
 	case free >= 0:
@@ -62,7 +64,7 @@ func plan(r *wal.ConsumeRequest, st *seenState) wal.ConsumeResult {
 	case !matched:
 		return wal.ConsumeResult{Status: wal.Mismatch, StepIndex: -1}
 	}
-	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1}
+	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1, Spent: spent}
 }
 
 // readOps read a binding's existence and markers.

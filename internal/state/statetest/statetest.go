@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,7 +231,12 @@ func consumeSteps(t *testing.T, open Opener) {
 	if r1.StepIndex != 0 || r2.StepIndex != 2 || r2.StepID != "s3" {
 		t.Errorf("refunds consumed steps %d and %d (%s), want 0 and 2 (s3)", r1.StepIndex, r2.StepIndex, r2.StepID)
 	}
-	wantStatus(t, "third refund", consume(t, s, &b, "refund.create", "r3", digest(0)), wal.Replay)
+	r3 := consume(t, s, &b, "refund.create", "r3", digest(0))
+	wantStatus(t, "third refund", r3, wal.Replay)
+	// A replay names the markers it read, so a caller may remember them.
+	if want := []wal.SpentStep{{Index: 0, RequestID: "r1"}, {Index: 2, RequestID: "r2"}}; !reflect.DeepEqual(r3.Spent, want) {
+		t.Errorf("third refund's replay names spent steps %+v, want %+v", r3.Spent, want)
+	}
 	e := consume(t, s, &b, "email.send", "r4", digest(1))
 	wantStatus(t, "email", e, wal.Consumed)
 	if e.StepID != "s2" || e.StepIndex != 1 {
