@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -111,11 +112,11 @@ func (s *Store) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResu
 	return plan(&r, st), nil
 }
 
-// Consume spends one unconsumed step of r.Kind: one transaction on the
-// first matching step's marker, and on failure one more per step that the
-// answer shows free (doc.go, "Consume-once"). The frames follow the
-// marker: the replica's log and, sent while its commit goes to the disk,
-// their copies in etcd.
+// Consume spends one unconsumed step of r.Kind: one sub-transaction on
+// the first matching step's marker, and on failure one more per step that
+// the answer shows free, each in a transaction shared with the replica's
+// concurrent consumes (doc.go, "Consume-once"). The frames follow the
+// marker: the replica's log, then their copies in etcd.
 func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	res, err := s.spend(ctx, &r)
 	if err != nil {
@@ -135,55 +136,169 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 			break
 		}
 	}
-	var res wal.ConsumeResult
-	// Each failed try shows one more step spent, so the loop ends.
+	if try < 0 {
+		// No step of the kind: only the binding's existence decides
+		// between Gone and Mismatch.
+		return s.Peek(ctx, *r)
+	}
+	m := marker{RequestID: r.RequestID, ArgsDigest: r.CallDigest,
+		At: r.Time.UTC().Format(wal.TimestampFormat), Replica: s.o.Replica}
+	value, _ := json.Marshal(m)
+	// known gathers the markers the failed tries showed: markers are
+	// never taken back while the binding can be used, so each try adds one
+	// and the loop ends.
+	known := &seenState{bound: true, markers: map[int]marker{}}
 	for range len(r.Binding.Steps) + 1 {
-		var resp *clientv3.TxnResponse
-		var st *seenState
-		if try < 0 {
-			// No step of the kind: only the binding's existence decides
-			// between Gone and Mismatch.
-			octx, cancel := s.opCtx(ctx)
-			out, err := s.cli.Txn(octx).Then(s.readOps(id)...).Commit()
-			err = s.seen(octx, err)
-			cancel()
-			if err != nil {
-				return res, err
-			}
-			if st, err = s.decodeSeen(id, out.Responses); err != nil {
-				return res, err
-			}
-			return plan(r, st), nil
+		a := s.newAttempt(id, try, m, value)
+		s.consumes.add(a)
+		ans, err := await(ctx, s.consumes, a.done)
+		if err == nil {
+			err = ans.err
 		}
-		m, _ := json.Marshal(marker{RequestID: r.RequestID, ArgsDigest: r.CallDigest,
-			At: r.Time.UTC().Format(wal.TimestampFormat), Replica: s.o.Replica})
-		key := s.p.marker(id, try)
-		err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
-			octx, cancel := s.opCtx(ctx)
-			defer cancel()
-			var err error
-			resp, err = s.cli.Txn(octx).
-				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-					clientv3.Compare(clientv3.CreateRevision(s.p.binding(id)), ">", 0)).
-				Then(clientv3.OpPut(key, string(m), clientv3.WithLease(lease))).
-				Else(s.readOps(id)...).
-				Commit()
-			return s.seen(octx, err)
-		})
 		if err != nil {
-			return res, err
+			return wal.ConsumeResult{}, err
 		}
-		if resp.Succeeded {
+		switch {
+		case ans.put == a:
 			return wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[try].ID, StepIndex: try}, nil
+		case ans.put != nil:
+			// Another call of this replica took the step in the same
+			// transaction.
+			known.markers[try] = ans.put.m
+		default:
+			st, err := s.decodeSeen(id, ans.seen)
+			if err != nil {
+				return wal.ConsumeResult{}, err
+			}
+			known.bound = st.bound
+			maps.Copy(known.markers, st.markers)
 		}
-		if st, err = s.decodeSeen(id, resp.Responses); err != nil {
-			return res, err
-		}
-		res = plan(r, st)
+		res := plan(r, known)
 		if res.Status != wal.Consumed {
 			return res, nil
 		}
 		try = res.StepIndex
 	}
 	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1}, nil
+}
+
+// attempt is one call's try to take a step's marker, waiting for a
+// transaction of the consumes' batcher.
+type attempt struct {
+	id    string // the preflight id
+	key   string // the marker's key
+	value []byte // the marker as JSON
+	m     marker
+	bytes int // what the attempt adds to a transaction
+	// leader is the attempt on the same key whose sub-transaction this one
+	// shares the answer of, nil when it has its own (splitAttempts).
+	leader *attempt
+	answer attemptAnswer // a leader's, once its transaction answered
+	done   chan attemptAnswer
+}
+
+// attemptAnswer is what a sub-transaction said of a marker.
+type attemptAnswer struct {
+	// put is the attempt whose marker was put; nil when the key was taken
+	// or the binding gone, and seen then holds the Else branch's reads.
+	put  *attempt
+	seen []*etcdserverpb.ResponseOp
+	err  error
+}
+
+func (s *Store) newAttempt(id string, step int, m marker, value []byte) *attempt {
+	a := &attempt{id: id, key: s.p.marker(id, step), value: value, m: m, done: make(chan attemptAnswer, 1)}
+	// Two compares and a put of the key, the binding's key twice, the
+	// markers' prefix, the value, and room for the framing.
+	a.bytes = 3*len(a.key) + 2*len(s.p.binding(id)) + len(s.p.markers(id)) + len(value) + 64
+	return a
+}
+
+// startConsumer starts the batcher of the consumes' marker transactions.
+func (s *Store) startConsumer() *batcher[*attempt] {
+	return startBatcher(s.bg, splitAttempts, s.sendAttempts,
+		func(a *attempt, err error) { a.done <- attemptAnswer{err: err} })
+}
+
+// splitAttempts takes, in the queue's order, attempts on up to maxTxnOps
+// distinct marker keys within maxTxnBytes, and every other attempt queued
+// on one of those keys. etcd refuses a transaction that puts one key
+// twice, even in exclusive branches of sibling sub-transactions, so one
+// attempt per key (its leader) has a sub-transaction and the others share
+// its answer: when the leader's marker is put, the step is taken for them;
+// when it fails, its reads are theirs. They were queued before the
+// transaction was sent, so its answer is one they may be given.
+func splitAttempts(pending []*attempt) (batch, rest []*attempt) {
+	leaders := map[string]*attempt{}
+	n, size, full := 0, 0, false
+	for _, a := range pending {
+		if l, ok := leaders[a.key]; ok {
+			a.leader = l
+			batch = append(batch, a)
+			continue
+		}
+		if n > 0 && (full || n+1 > maxTxnOps || size+a.bytes > maxTxnBytes) {
+			full = true
+			rest = append(rest, a)
+			continue
+		}
+		a.leader = nil
+		leaders[a.key] = a
+		n, size = n+1, size+a.bytes
+		batch = append(batch, a)
+	}
+	return batch, rest
+}
+
+// sendAttempts sends the attempts of batch in one transaction of one
+// sub-transaction per leader (doc.go, "Consume-once"), each decided on
+// its own in etcd, and answers every attempt. An etcd error fails them
+// all.
+func (s *Store) sendAttempts(batch []*attempt) {
+	var leaders []*attempt
+	for _, a := range batch {
+		if a.leader == nil {
+			leaders = append(leaders, a)
+		}
+	}
+	var resp *clientv3.TxnResponse
+	err := s.withLease(s.bg, func(lease clientv3.LeaseID) error {
+		ops := make([]clientv3.Op, len(leaders))
+		for i, a := range leaders {
+			ops[i] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
+					clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)},
+				[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
+				s.readOps(a.id))
+		}
+		octx, cancel := s.opCtx(s.bg)
+		defer cancel()
+		var err error
+		resp, err = s.cli.Txn(octx).Then(ops...).Commit()
+		return s.seen(octx, err)
+	})
+	if err == nil && len(resp.Responses) != len(leaders) {
+		err = fmt.Errorf("%w: %d answers to %d consumes", ErrUnavailable, len(resp.Responses), len(leaders))
+	}
+	for i, a := range leaders {
+		a.answer = attemptAnswer{err: err}
+		if err != nil {
+			continue
+		}
+		switch t := resp.Responses[i].GetResponseTxn(); {
+		case t == nil:
+			a.answer.err = fmt.Errorf("%w: a consume's answer is no transaction", ErrUnavailable)
+		case t.Succeeded:
+			a.answer.put = a
+		default:
+			a.answer.seen = t.Responses
+		}
+	}
+	for _, a := range batch {
+		if a.leader != nil {
+			a.done <- a.leader.answer
+		} else {
+			a.done <- a.answer
+		}
+	}
 }

@@ -18,7 +18,7 @@
 //
 // # Consume-once
 //
-// A consume is one transaction on the step's marker:
+// A consume is one sub-transaction on the step's marker:
 //
 //	If(CreateRevision(P c/id/step) = 0, CreateRevision(P b/id) > 0)
 //	Then(Put(P c/id/step))
@@ -33,13 +33,28 @@
 // etcd; a failure there returns an error (the caller denies with 503), and
 // the step stays spent: a retry under the same request id is Repeated.
 //
+// The sub-transactions of a replica's concurrent consumes share one etcd
+// transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later),
+// as the frame copies do (batch.go: no timer, two in flight, so a lone
+// consume waits one round trip). etcd decides each sub-transaction on its
+// own within the one raft entry, so a taken marker fails only its own
+// attempt. etcd refuses a transaction that puts one key twice, even in
+// exclusive branches of sibling sub-transactions, so a transaction carries
+// one attempt per marker key, and the other attempts queued on that key
+// before it was sent take its answer: the leader's marker put means the
+// step is taken for them (Repeated when it is their own request id and
+// call), its failure gives them its reads. At most 128 sub-transactions
+// (--max-txn-ops) and 1 MiB go in one. An etcd error fails every attempt of
+// the transaction (503); it is sent under the store's context, so one
+// caller's deadline ends that caller's wait, not the others' attempts.
+
 // # Frames
 //
 // Each replica writes every frame to its own hash-chained WAL first, and a
 // copy to P f/…, before the answer that depends on it; the copies of
-// concurrent calls share transactions (group commit, up to 128 puts or
-// 1 MiB, two in flight), so a lone call waits one round trip and a busy
-// replica sends far fewer requests than calls. GET /v1/audit reads the
+// concurrent calls share transactions (batch.go: up to 128 puts or 1 MiB,
+// two in flight), so a lone call waits one round trip and a busy replica
+// sends far fewer requests than calls. GET /v1/audit reads the
 // copies of every replica (and the local log, for frames whose copies
 // expired), so it answers the same on every live replica, also after the
 // writer died. A preflight's frame is written before its binding, so a

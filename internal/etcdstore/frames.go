@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -14,7 +13,7 @@ import (
 
 // copyFrames writes copies of frames this replica logged, so every
 // replica's audit join has them, and returns once they are committed. The
-// copies of concurrent calls share transactions (copier): one call alone
+// copies of concurrent calls share transactions (batcher): one call alone
 // waits for one round trip, as with a transaction of its own.
 func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
@@ -24,21 +23,13 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	for i := range frames {
 		req.bytes += copyBytes(&frames[i])
 	}
-	s.copyMu.Lock()
-	s.pending = append(s.pending, req)
-	s.copyMu.Unlock()
-	s.wakeCopier()
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
+	s.copies.add(req)
+	err, waitErr := await(ctx, s.copies, req.done)
+	if waitErr != nil {
 		// The copy may still commit; the caller answers 503 either way.
-		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
-	case <-s.bg.Done():
-		// Closed: a copier that has returned answers nothing queued
-		// after it drained.
-		return fmt.Errorf("%w: store closed", ErrUnavailable)
+		return waitErr
 	}
+	return err
 }
 
 // logAndCopy appends ins to the replica's log, then copies them to etcd,
@@ -58,19 +49,6 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 // attrs as stored unpacked, and room for its key and the other fields.
 func copyBytes(f *wal.Frame) int { return len(f.Attrs) + len(f.AuditID) + 512 }
 
-// maxCopyOps and maxCopyBytes bound one copy transaction: etcd refuses a
-// transaction of more than --max-txn-ops puts (128 by default) or a
-// request of more than --max-request-bytes (1.5 MiB by default), and one
-// refused transaction would fail every call it carries.
-const (
-	maxCopyOps   = 128
-	maxCopyBytes = 1 << 20
-)
-
-// copiers is how many copy transactions may be in flight at once: while
-// one commits, the next gathers the copies that arrive meanwhile.
-const copiers = 2
-
 // copyRequest is one call's frames waiting for their copy transaction.
 type copyRequest struct {
 	frames []wal.Frame
@@ -78,74 +56,27 @@ type copyRequest struct {
 	done   chan error
 }
 
-// wakeCopier tells a free copier that copies wait.
-func (s *Store) wakeCopier() {
-	select {
-	case s.copyWake <- struct{}{}:
-	default:
-	}
-}
-
-// takeCopies removes from the queue the requests one transaction takes:
-// the oldest, then the next while their frames fit in maxCopyOps and
-// maxCopyBytes (a request alone may have more; it then has a transaction
-// of its own), and their count of frames.
-func (s *Store) takeCopies() ([]*copyRequest, int) {
-	s.copyMu.Lock()
-	defer s.copyMu.Unlock()
-	n, size, k := 0, 0, 0
-	for k < len(s.pending) {
-		r := s.pending[k]
-		if k > 0 && (n+len(r.frames) > maxCopyOps || size+r.bytes > maxCopyBytes) {
-			break
-		}
-		n, size = n+len(r.frames), size+r.bytes
-		k++
-	}
-	batch := slices.Clone(s.pending[:k])
-	s.pending = slices.Delete(s.pending, 0, k)
-	if len(s.pending) > 0 {
-		s.wakeCopier()
-	}
-	return batch, n
-}
-
-// copier writes the copies waiting when it is free, up to maxCopyOps
-// frames, in one transaction (group commit); every request of it gets
-// that transaction's error. It runs until the store is closed; requests
-// still queued then get ErrUnavailable.
-func (s *Store) copier() {
-	for {
-		select {
-		case <-s.copyWake:
-		case <-s.bg.Done():
-			for {
-				batch, _ := s.takeCopies()
-				if len(batch) == 0 {
-					return
-				}
-				for _, r := range batch {
-					r.done <- fmt.Errorf("%w: store closed", ErrUnavailable)
-				}
-			}
-		}
-		for {
-			batch, n := s.takeCopies()
-			if len(batch) == 0 {
-				break
-			}
-			err := s.writeCopies(batch, n)
+// startCopier starts the batcher of the copies: a transaction takes the
+// oldest call's frames, then the next calls' while they fit in maxTxnOps
+// puts and maxTxnBytes.
+func (s *Store) startCopier() *batcher[*copyRequest] {
+	return startBatcher(s.bg,
+		func(p []*copyRequest) ([]*copyRequest, []*copyRequest) {
+			return splitPrefix(p, func(r *copyRequest) (int, int) { return len(r.frames), r.bytes })
+		},
+		func(batch []*copyRequest) {
+			err := s.writeCopies(batch)
 			for _, r := range batch {
 				r.done <- err
 			}
-		}
-	}
+		},
+		func(r *copyRequest, err error) { r.done <- err })
 }
 
-// writeCopies puts the frames of batch, n of them, in one transaction.
-func (s *Store) writeCopies(batch []*copyRequest, n int) error {
+// writeCopies puts the frames of batch in one transaction.
+func (s *Store) writeCopies(batch []*copyRequest) error {
 	return s.withLease(s.bg, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, 0, n)
+		var ops []clientv3.Op
 		for _, r := range batch {
 			for i := range r.frames {
 				f := &r.frames[i]

@@ -148,3 +148,55 @@ func TestConcurrentCopiesShareTransactions(t *testing.T) {
 		t.Logf("%d concurrent calls: %d copy transactions", calls, txns)
 	}
 }
+
+// TestConcurrentConsumesShareTransactions: the marker transactions of
+// concurrent consumes on distinct ids go to etcd in shared transactions,
+// and a lone consume sends one, at once.
+func TestConcurrentConsumesShareTransactions(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	const calls = 64
+	bs := make([]preflight.Binding, calls+1)
+	for i := range bs {
+		bs[i] = preflight.Binding{PreflightID: fmt.Sprintf("pf_share_%02d", i), AuditID: fmt.Sprintf("au_share_%02d", i),
+			Outcome: preflight.OutcomePass, ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour),
+			Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:a"}}}
+		if _, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: bs[i], Decision: []byte(`{}`), Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	spend := func(b *preflight.Binding) error {
+		res, err := s.spend(ctx, &wal.ConsumeRequest{Binding: b, Kind: "refund.create", ArgsDigest: "sha256:a",
+			RequestID: "r-" + b.PreflightID, Time: time.Now()})
+		if err == nil && res.Status != wal.Consumed {
+			err = fmt.Errorf("consume %s: %v, want consumed", b.PreflightID, res.Status)
+		}
+		return err
+	}
+	if err := spend(&bs[calls]); err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.n.Load(); n != 1 {
+		t.Errorf("a lone consume sent %d etcd requests, want 1", n)
+	}
+	kv.n.Store(0)
+	errs := make(chan error, calls)
+	start := make(chan struct{})
+	for i := range calls {
+		go func() { <-start; errs <- spend(&bs[i]) }()
+	}
+	close(start)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := kv.n.Load(); n >= calls {
+		t.Errorf("%d concurrent consumes sent %d marker transactions, want fewer (shared)", calls, n)
+	} else {
+		t.Logf("%d concurrent consumes: %d marker transactions", calls, n)
+	}
+}

@@ -76,14 +76,13 @@ type Store struct {
 	healthy atomic.Bool
 
 	// bg lives as long as the store: the keep-alive of its claim lease,
-	// and the copiers.
+	// and the senders of the batchers.
 	bg   context.Context
 	stop context.CancelFunc
-	// pending are the copies waiting for a copier, and copyWake tells a
-	// copier they wait (frames.go).
-	copyMu   sync.Mutex
-	pending  []*copyRequest
-	copyWake chan struct{}
+	// copies batches the frame copies of concurrent calls (frames.go), and
+	// consumes their marker transactions (consume.go).
+	copies   *batcher[*copyRequest]
+	consumes *batcher[*attempt]
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
@@ -138,11 +137,9 @@ func Open(o Options) (*Store, error) {
 	}
 	s.cli = cli
 	s.bg, s.stop = context.WithCancel(context.Background())
-	s.copyWake = make(chan struct{}, 1)
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
-	for range copiers {
-		go s.copier()
-	}
+	s.copies = s.startCopier()
+	s.consumes = s.startConsumer()
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
 	s.healthy.Store(true)
 	return s, nil
