@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/wal"
@@ -131,6 +132,7 @@ func Open(o Options) (*Store, error) {
 		DialKeepAliveTimeout: o.RequestTimeout,
 		TLS:                  o.TLS,
 		Logger:               zap.NewNop(),
+		DialOptions:          DialOptions(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
@@ -144,6 +146,28 @@ func Open(o Options) (*Store, error) {
 	s.healthy.Store(true)
 	return s, nil
 }
+
+// DialOptions are the gRPC options of the store's etcd client: fixed
+// flow-control windows, as on the service's own gRPC listener. A window
+// set turns off grpc's window estimate, which sends a PING with the
+// answers it reads and waits for its ack: a write, a read and the
+// wake-ups between them for every etcd request. The stream window holds
+// the largest request etcd takes by default (--max-request-bytes,
+// 1.5 MiB) with room to spare. Tools that measure etcd beside the store
+// (e2e/load) dial with the same options.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(clientStreamWindow),
+		grpc.WithInitialConnWindowSize(clientConnWindow),
+	}
+}
+
+// clientStreamWindow and clientConnWindow are the etcd client's fixed
+// flow-control windows, per stream and per connection.
+const (
+	clientStreamWindow = 4 << 20
+	clientConnWindow   = 16 << 20
+)
 
 // Close closes the client; the claims and locks it held go with its
 // lease.
