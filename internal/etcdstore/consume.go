@@ -97,19 +97,68 @@ func (s *Store) decodeSeen(id string, rs []*etcdserverpb.ResponseOp) (*seenState
 	return st, nil
 }
 
-// Peek reports what Consume would do now, in one read.
+// Peek reports what Consume would do now, in one read shared with the
+// replica's concurrent peeks.
 func (s *Store) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).Then(s.readOps(r.Binding.PreflightID)...).Commit()
-	if err = s.seen(octx, err); err != nil {
+	id := r.Binding.PreflightID
+	p := &peekRequest{id: id, bytes: len(s.p.binding(id)) + len(s.p.markers(id)) + 64, done: make(chan attemptAnswer, 1)}
+	s.peeks.add(p)
+	ans, err := await(ctx, s.peeks, p.done)
+	if err == nil {
+		err = ans.err
+	}
+	if err != nil {
 		return wal.ConsumeResult{}, err
 	}
-	st, err := s.decodeSeen(r.Binding.PreflightID, resp.Responses)
+	st, err := s.decodeSeen(id, ans.seen)
 	if err != nil {
 		return wal.ConsumeResult{}, err
 	}
 	return plan(&r, st), nil
+}
+
+// peekRequest is one call's read of a binding's existence and markers,
+// waiting for a read of the peeks' batcher.
+type peekRequest struct {
+	id    string
+	bytes int // what the reads add to a transaction
+	done  chan attemptAnswer
+}
+
+// startPeeker starts the batcher of the peeks: their reads side by side
+// in one transaction, which stays read-only (etcd serves it as a
+// linearizable read, with no raft entry; a nested transaction would not
+// be), so up to maxTxnOps/2 peeks share one.
+func (s *Store) startPeeker() *batcher[*peekRequest] {
+	return startBatcher(s.bg,
+		func(p []*peekRequest) ([]*peekRequest, []*peekRequest) {
+			return splitPrefix(p, func(r *peekRequest) (int, int) { return 2, r.bytes })
+		},
+		s.sendPeeks,
+		func(r *peekRequest, err error) { r.done <- attemptAnswer{err: err} })
+}
+
+// sendPeeks reads the bindings of batch in one transaction and answers
+// every peek of it; an etcd error fails them all.
+func (s *Store) sendPeeks(batch []*peekRequest) {
+	ops := make([]clientv3.Op, 0, 2*len(batch))
+	for _, r := range batch {
+		ops = append(ops, s.readOps(r.id)...)
+	}
+	octx, cancel := s.opCtx(s.bg)
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	err = s.seen(octx, err)
+	cancel()
+	if err == nil && len(resp.Responses) != len(ops) {
+		err = fmt.Errorf("%w: %d answers to %d reads", ErrUnavailable, len(resp.Responses), len(ops))
+	}
+	for i, r := range batch {
+		if err != nil {
+			r.done <- attemptAnswer{err: err}
+			continue
+		}
+		r.done <- attemptAnswer{seen: resp.Responses[2*i : 2*i+2]}
+	}
 }
 
 // Consume spends one unconsumed step of r.Kind: one sub-transaction on

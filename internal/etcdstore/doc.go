@@ -47,6 +47,9 @@
 // (--max-txn-ops) and 1 MiB go in one. An etcd error fails every attempt of
 // the transaction (503); it is sent under the store's context, so one
 // caller's deadline ends that caller's wait, not the others' attempts.
+// A peek (what a consume would do, without writing) reads the binding's
+// key and markers; concurrent peeks read side by side in one read-only
+// transaction, which etcd serves without a raft entry.
 
 // # Frames
 //

@@ -200,3 +200,52 @@ func TestConcurrentConsumesShareTransactions(t *testing.T) {
 		t.Logf("%d concurrent consumes: %d marker transactions", calls, n)
 	}
 }
+
+// TestConcurrentPeeksShareReads: the peeks of concurrent calls share
+// read transactions, each answered for its own binding.
+func TestConcurrentPeeksShareReads(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	const calls = 64
+	bs := make([]preflight.Binding, calls)
+	for i := range bs {
+		bs[i] = recordSteps(t, s, fmt.Sprintf("pf_peek_%02d", i), 1)
+		if i%2 == 1 {
+			if _, err := s.spend(ctx, &wal.ConsumeRequest{Binding: &bs[i], Kind: "refund.create", ArgsDigest: "sha256:a",
+				RequestID: "r-first", Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	errs := make(chan error, calls)
+	start := make(chan struct{})
+	for i := range calls {
+		go func() {
+			<-start
+			res, err := s.Peek(ctx, wal.ConsumeRequest{Binding: &bs[i], Kind: "refund.create", ArgsDigest: "sha256:a",
+				RequestID: "r-peek", Time: time.Now()})
+			want := wal.Consumed
+			if i%2 == 1 {
+				want = wal.Replay
+			}
+			if err == nil && res.Status != want {
+				err = fmt.Errorf("peek %s: %v, want %v", bs[i].PreflightID, res.Status, want)
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := kv.n.Load(); n >= calls {
+		t.Errorf("%d concurrent peeks sent %d reads, want fewer (shared)", calls, n)
+	} else {
+		t.Logf("%d concurrent peeks: %d reads", calls, n)
+	}
+}

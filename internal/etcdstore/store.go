@@ -80,10 +80,12 @@ type Store struct {
 	// and the senders of the batchers.
 	bg   context.Context
 	stop context.CancelFunc
-	// copies batches the frame copies of concurrent calls (frames.go), and
-	// consumes their marker transactions (consume.go).
+	// copies batches the frame copies of concurrent calls (frames.go),
+	// consumes their marker transactions and peeks their reads of markers
+	// (consume.go).
 	copies   *batcher[*copyRequest]
 	consumes *batcher[*attempt]
+	peeks    *batcher[*peekRequest]
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
@@ -142,6 +144,7 @@ func Open(o Options) (*Store, error) {
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
 	s.copies = s.startCopier()
 	s.consumes = s.startConsumer()
+	s.peeks = s.startPeeker()
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
 	s.healthy.Store(true)
 	return s, nil
