@@ -59,6 +59,7 @@ func catch(fn func() error) (panicked any, err error) {
 
 // view runs fn in a bbolt read transaction, guarded.
 func (db *DB) view(fn func(*Tx) error) error {
+	db.pages.touched()
 	return db.guarded("reading", func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error { return fn(&Tx{btx: btx}) })
 	})
@@ -66,5 +67,6 @@ func (db *DB) view(fn func(*Tx) error) error {
 
 // update runs fn in a bbolt write transaction, guarded.
 func (db *DB) update(fn func(*bolt.Tx) error) error {
+	db.pages.touched()
 	return db.guarded("writing", func() error { return db.bolt.Update(fn) })
 }

@@ -76,6 +76,9 @@ func (db *DB) startVerify() {
 		start := time.Now()
 		rep, err := db.Verify(ctx)
 		took := time.Since(start)
+		// The walk read every page: they are released now rather than
+		// after the next read or write (resident.go).
+		db.releasePages()
 		if err == nil && !rep.OK() {
 			err = &VerifyError{Seq: rep.BadSeq, Problem: rep.Problem}
 		}

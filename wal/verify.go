@@ -102,6 +102,12 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 			}
 			rep.Frames++
 			prev = chainPoint{Seq: f.Seq, Hash: f.Hash}
+			if rep.Frames%verifyRelease == 0 {
+				// The pages read so far are not read again: released, the
+				// walk leaves no more than a stretch of the file mapped
+				// (resident.go). A release that fails leaves them mapped.
+				_ = db.releaseIn(tx.btx)
+			}
 		}
 		var head chainPoint
 		if v := tx.btx.Bucket(bucketMeta).Get(keyHead); v != nil {

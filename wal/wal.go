@@ -155,6 +155,9 @@ type DB struct {
 	// ahead writes zeros past the file's high-water mark for the commit
 	// loop (ahead.go); nil when not writing ahead.
 	ahead *ahead
+
+	// pages schedules the releases of the mapping's pages (resident.go).
+	pages *pages
 }
 
 type chainPoint struct {
@@ -210,7 +213,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
 		slots: make(chan struct{}, maxWaiting), kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{}), pages: newPages()}
 	db.idle.L = &db.wmu
 	err = db.update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
@@ -240,6 +243,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		db.ahead = openAhead(path)
 	}
 	go db.loop()
+	go db.releaseLoop()
 	if o.VerifyOnOpen {
 		db.startVerify()
 	} else {
@@ -276,6 +280,7 @@ func (db *DB) Close() error {
 	db.wmu.Unlock()
 	close(db.stop)
 	<-db.done
+	db.closePages()
 	db.ahead.close()
 	if db.poisoned.Load() {
 		return fmt.Errorf("%w: %s: closed without releasing the damaged file", ErrCorrupt, db.path)

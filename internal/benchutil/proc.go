@@ -44,3 +44,29 @@ func ReadMemory(pid int) (Memory, error) {
 	}
 	return m, nil
 }
+
+// MappedRSS sums the resident size of pid's mappings of files whose path
+// ends in suffix, from /proc/<pid>/smaps (Linux).
+func MappedRSS(pid int, suffix string) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":"):
+			// A mapping's header: address range, perms, offset, dev, inode[, path].
+			in = len(f) >= 6 && strings.HasSuffix(f[len(f)-1], suffix)
+		case in && len(f) == 3 && f[0] == "Rss:" && f[2] == "kB":
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps: %q", pid, line)
+			}
+			total += kb << 10
+		}
+	}
+	return total, nil
+}
