@@ -269,7 +269,12 @@ func (s *Store) startConsumer() *batcher[*attempt] {
 		func(a *attempt, err error) { a.done <- attemptAnswer{err: err} })
 }
 
-// splitAttempts takes, in the queue's order, attempts on up to maxTxnOps
+// maxAttempts bounds the sub-transactions of one transaction: etcd allows
+// a nested transaction --max-txn-ops less its parent's operations at each
+// level, and an attempt's has two (two compares, or two reads).
+const maxAttempts = maxTxnOps - 2
+
+// splitAttempts takes, in the queue's order, attempts on up to maxAttempts
 // distinct marker keys within maxTxnBytes, and every other attempt queued
 // on one of those keys. etcd refuses a transaction that puts one key
 // twice, even in exclusive branches of sibling sub-transactions, so one
@@ -286,7 +291,7 @@ func splitAttempts(pending []*attempt) (batch, rest []*attempt) {
 			batch = append(batch, a)
 			continue
 		}
-		if n > 0 && (full || n+1 > maxTxnOps || size+a.bytes > maxTxnBytes) {
+		if n > 0 && (full || n+1 > maxAttempts || size+a.bytes > maxTxnBytes) {
 			full = true
 			rest = append(rest, a)
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -120,10 +121,10 @@ func TestConsumeCallerGivingUp(t *testing.T) {
 }
 
 // TestSplitAttempts: one transaction carries one attempt per marker key,
-// the others on that key ride with it, and at most maxTxnOps keys.
+// the others on that key ride with it, and at most maxAttempts keys.
 func TestSplitAttempts(t *testing.T) {
 	var pending []*attempt
-	for i := range maxTxnOps + 10 {
+	for i := range maxAttempts + 10 {
 		pending = append(pending, &attempt{key: fmt.Sprintf("k%d", i), bytes: 100})
 		if i%2 == 0 {
 			pending = append(pending, &attempt{key: "same", bytes: 100})
@@ -141,8 +142,8 @@ func TestSplitAttempts(t *testing.T) {
 			t.Fatalf("attempt on %s rides with one on %s", a.key, a.leader.key)
 		}
 	}
-	if len(keys) != maxTxnOps {
-		t.Errorf("batch has %d keys, want %d", len(keys), maxTxnOps)
+	if len(keys) != maxAttempts {
+		t.Errorf("batch has %d keys, want %d", len(keys), maxAttempts)
 	}
 	if len(batch)+len(rest) != len(pending) {
 		t.Errorf("split %d into %d and %d", len(pending), len(batch), len(rest))
@@ -152,4 +153,99 @@ func TestSplitAttempts(t *testing.T) {
 			t.Errorf("attempt on %s left behind though its key is in the batch", a.key)
 		}
 	}
+}
+
+// TestConsumesAfterLeaseRevoked: a shared transaction whose bucket lease
+// etcd no longer knows is sent again once under a new lease, for every
+// consume it carries.
+func TestConsumesAfterLeaseRevoked(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	const calls = 16
+	bs := make([]preflight.Binding, calls)
+	for i := range bs {
+		bs[i] = recordSteps(t, s, fmt.Sprintf("pf_revoked_%02d", i), 1)
+	}
+	// The bucket's lease as etcd forgot it: granted, revoked, then made
+	// the bucket's.
+	g, err := s.cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cli.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.leases.current(ctx, s.now()); err != nil {
+		t.Fatal(err)
+	}
+	s.leases.mu.Lock()
+	s.leases.id = g.ID
+	s.leases.mu.Unlock()
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			res, err := s.spend(ctx, &wal.ConsumeRequest{Binding: &bs[i], Kind: "refund.create", ArgsDigest: "sha256:a",
+				RequestID: "r", Time: time.Now()})
+			if err == nil && res.Status != wal.Consumed {
+				err = fmt.Errorf("consume %d: %v, want consumed", i, res.Status)
+			}
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, _ := s.leases.current(ctx, s.now()); l == g.ID {
+		t.Errorf("the revoked lease %x is still the bucket's", g.ID)
+	}
+}
+
+// TestConsumesFailClosed: with etcd unreachable every consume of a shared
+// transaction answers ErrUnavailable within the request timeout.
+func TestConsumesFailClosed(t *testing.T) {
+	log, err := wal.Open(t.TempDir(), &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	s, err := Open(Options{Endpoints: []string{deadEndpoint(t)}, Prefix: newPrefix(), Replica: "replica-a", Log: log,
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const calls = 8
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			b := preflight.Binding{PreflightID: fmt.Sprintf("pf_dead_%d", i),
+				Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:a"}}}
+			_, err := s.spend(context.Background(), &wal.ConsumeRequest{Binding: &b, Kind: "refund.create",
+				ArgsDigest: "sha256:a", RequestID: "r", Time: time.Now()})
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; !errors.Is(err, ErrUnavailable) {
+			t.Errorf("consume with etcd unreachable: %v, want ErrUnavailable", err)
+		}
+	}
+	if s.Available() {
+		t.Error("the store reports etcd available after every request failed")
+	}
+}
+
+// deadEndpoint is the URL of a loopback port nothing listens on: a
+// listener's, closed.
+func deadEndpoint(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
 }

@@ -43,8 +43,9 @@
 // one attempt per marker key, and the other attempts queued on that key
 // before it was sent take its answer: the leader's marker put means the
 // step is taken for them (Repeated when it is their own request id and
-// call), its failure gives them its reads. At most 128 sub-transactions
-// (--max-txn-ops) and 1 MiB go in one. An etcd error fails every attempt of
+// call), its failure gives them its reads. At most 126 sub-transactions
+// and 1 MiB go in one: etcd allows a nested transaction --max-txn-ops (128
+// by default) less its parent's operations, and each has two. An etcd error fails every attempt of
 // the transaction (503); it is sent under the store's context, so one
 // caller's deadline ends that caller's wait, not the others' attempts.
 // A peek (what a consume would do, without writing) reads the binding's

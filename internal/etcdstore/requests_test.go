@@ -151,15 +151,17 @@ func TestConcurrentCopiesShareTransactions(t *testing.T) {
 
 // TestConcurrentConsumesShareTransactions: the marker transactions of
 // concurrent consumes on distinct ids go to etcd in shared transactions,
-// and a lone consume sends one, at once.
+// and a lone consume sends one, at once. A transaction full of them is
+// one etcd takes (--max-txn-ops).
 func TestConcurrentConsumesShareTransactions(t *testing.T) {
 	s := open(t, "replica-a", newPrefix(), t.TempDir())
 	defer closeStore(s)
 	ctx := context.Background()
-	const calls = 64
+	// More than maxTxnOps, so that a transaction may be full.
+	const calls = 300
 	bs := make([]preflight.Binding, calls+1)
 	for i := range bs {
-		bs[i] = preflight.Binding{PreflightID: fmt.Sprintf("pf_share_%02d", i), AuditID: fmt.Sprintf("au_share_%02d", i),
+		bs[i] = preflight.Binding{PreflightID: fmt.Sprintf("pf_share_%03d", i), AuditID: fmt.Sprintf("au_share_%03d", i),
 			Outcome: preflight.OutcomePass, ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour),
 			Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:a"}}}
 		if _, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: bs[i], Decision: []byte(`{}`), Time: time.Now()}); err != nil {

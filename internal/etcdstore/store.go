@@ -13,6 +13,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -212,18 +213,22 @@ func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 
 // seen records what an etcd request's error says of etcd's availability
 // and returns the error as callers get it: nil, or wrapping
-// ErrUnavailable. A request given up by its own caller says nothing of
-// etcd.
+// ErrUnavailable and err (withLease looks for rpctypes.ErrLeaseNotFound
+// in it). A request given up by its own caller says nothing of etcd, and
+// a lease etcd no longer knows is an answer from it.
 func (s *Store) seen(ctx context.Context, err error) error {
 	if err == nil {
 		s.setAvailable(true, nil)
 		return nil
 	}
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	switch {
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		s.setAvailable(true, nil)
+	default:
+		s.setAvailable(false, err)
 	}
-	s.setAvailable(false, err)
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // setAvailable logs and reports each change of availability once.
