@@ -49,6 +49,12 @@ type result struct {
 	// CommitMicros is how long the service's WAL commits took on average,
 	// fsyncs included.
 	CommitMicros float64 `json:"wal_us_per_commit,omitempty"`
+	// EtcdRequestsPerCall is how many KV requests (Range, Put, Txn, …) etcd
+	// answered per call during the scenario, from all replicas; 0 off etcd.
+	EtcdRequestsPerCall float64 `json:"etcd_requests_per_call,omitempty"`
+	// EtcdProposalsPerCall is how many raft entries etcd committed per
+	// call (a write transaction is one, a read none).
+	EtcdProposalsPerCall float64 `json:"etcd_proposals_per_call,omitempty"`
 }
 
 // call is one request; i numbers it within its scenario.

@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -94,6 +95,7 @@ func etcdRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 		}
 		first := svcs[0]
 		first.others = svcs[1:]
+		first.etcd = c.Endpoints()[0]
 		for _, conc := range cfg.conc {
 			floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
 			if err := first.scenarios(ctx, rep, out, target, conc, floorRate); err != nil {
@@ -142,4 +144,33 @@ func (rep *report) judgeEtcd(cfg settings) {
 				Notes: fmt.Sprintf("etcd ×1 p50 %.0f µs; bbolt %.0f µs + txn %.0f µs = %.0f µs", e.P50Micros, b.P50Micros, t.P50Micros, bound)})
 		}
 	}
+}
+
+// etcdCounts are etcd's request counters.
+type etcdCounts struct {
+	requests  float64 // KV requests answered (grpc_server_handled_total of etcdserverpb.KV)
+	proposals float64 // raft entries committed (etcd_server_proposals_committed_total)
+}
+
+// etcdRequests reads etcd's counters from its /metrics at endpoint.
+func etcdRequests(ctx context.Context, hc *http.Client, endpoint string) (etcdCounts, error) {
+	families, err := metricFamilies(ctx, hc, endpoint)
+	if err != nil {
+		return etcdCounts{}, err
+	}
+	var c etcdCounts
+	for _, m := range families["grpc_server_handled_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "grpc_service" && l.GetValue() == "etcdserverpb.KV" {
+				c.requests += m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, m := range families["etcd_server_proposals_committed_total"].GetMetric() {
+		c.proposals += m.GetGauge().GetValue()
+	}
+	if c.proposals == 0 {
+		return c, fmt.Errorf("load: etcd's /metrics has no etcd_server_proposals_committed_total")
+	}
+	return c, nil
 }

@@ -326,6 +326,9 @@ type service struct {
 	// others are more replicas sharing the service's store (etcd.go): the
 	// scenarios spread their calls over all of them.
 	others []*service
+	// etcd, when set, is the client URL of the etcd the replicas share:
+	// measure reads its request counters from its /metrics.
+	etcd string
 }
 
 // at is the replica call i goes to: calls spread round-robin.
@@ -435,6 +438,22 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 // per call and what its WAL's group commit did meanwhile (read from its own
 // /metrics), so a figure can be traced to commits as well as to CPU.
 func (s *service) measure(ctx context.Context, run func() result) result {
+	if s.etcd != "" {
+		e0, err0 := etcdRequests(ctx, s.cl.http, s.etcd)
+		r := s.measureService(ctx, run)
+		e1, err1 := etcdRequests(ctx, s.cl.http, s.etcd)
+		if err0 == nil && err1 == nil && r.Calls > 0 {
+			r.EtcdRequestsPerCall = (e1.requests - e0.requests) / float64(r.Calls)
+			r.EtcdProposalsPerCall = (e1.proposals - e0.proposals) / float64(r.Calls)
+		}
+		return r
+	}
+	return s.measureService(ctx, run)
+}
+
+// measureService is measure's part read from the service's process and
+// /metrics.
+func (s *service) measureService(ctx context.Context, run func() result) result {
 	if len(s.others) > 0 {
 		return run() // one process's CPU and commits would not be the call's
 	}
@@ -612,6 +631,9 @@ func (rep *report) add(out io.Writer, target, scenario string, r result) {
 	}
 	if r.CommitsPerCall > 0 {
 		cpu += fmt.Sprintf("  wal %.2f commits/call, %.1f writes/commit, %.0f µs/commit", r.CommitsPerCall, r.WritesPerCommit, r.CommitMicros)
+	}
+	if r.EtcdRequestsPerCall > 0 {
+		cpu += fmt.Sprintf("  etcd %.2f requests/call, %.2f raft entries/call", r.EtcdRequestsPerCall, r.EtcdProposalsPerCall)
 	}
 	fmt.Fprintf(out, "%-20s %-17s conc %3d  %8d calls  %9.0f/s  p50 %8.0f µs  p99 %8.0f µs%s%s\n",
 		target, scenario, r.Conc, r.Calls, r.PerSecond, r.P50Micros, r.P99Micros, cpu, note)

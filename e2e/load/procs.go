@@ -401,22 +401,9 @@ type walStats struct {
 // how many WAL commits it has made, how many writes they carried and how
 // long they took.
 func walCommits(ctx context.Context, hc *http.Client, base string) (walStats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	families, err := metricFamilies(ctx, hc, base)
 	if err != nil {
 		return walStats{}, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return walStats{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return walStats{}, fmt.Errorf("load: GET /metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return walStats{}, fmt.Errorf("load: GET /metrics: %w", err)
 	}
 	batch, err := histogram(families, "autonomy_wal_commit_batch_size")
 	if err != nil {
@@ -427,6 +414,28 @@ func walCommits(ctx context.Context, hc *http.Client, base string) (walStats, er
 		return walStats{}, err
 	}
 	return walStats{commits: float64(batch.GetSampleCount()), writes: batch.GetSampleSum(), seconds: took.GetSampleSum()}, nil
+}
+
+// metricFamilies reads base's /metrics.
+func metricFamilies(ctx context.Context, hc *http.Client, base string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("load: GET %s/metrics: %s", base, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("load: GET %s/metrics: %w", base, err)
+	}
+	return families, nil
 }
 
 // histogram is the one unlabelled histogram named name in families.
