@@ -33,7 +33,7 @@ import (
 const releaseInterval = 100 * time.Millisecond
 
 // verifyRelease is how many frames a verification reads between releases.
-const verifyRelease = 4096
+const verifyRelease = 16384
 
 // pages schedules the releases. armed is set from the first read or write
 // after a release until the next one; the read or write that sets it wakes
@@ -110,4 +110,11 @@ func (db *DB) releasePages() {
 // btx, open, keeps bbolt from remapping the file meanwhile.
 func (db *DB) releaseIn(btx *bolt.Tx) error {
 	return releaseMapped(db.bolt.Info().Data, btx.Size())
+}
+
+// advise tells the kernel the mapping below btx's high-water mark is about
+// to be read in order (sequential) or at random, as bbolt advises. Advice
+// that fails changes nothing but the speed of the reads.
+func (db *DB) advise(btx *bolt.Tx, sequential bool) {
+	_ = adviseMapped(db.bolt.Info().Data, btx.Size(), sequential)
 }

@@ -37,6 +37,11 @@ func (r VerifyReport) OK() bool { return r.BadSeq == 0 && r.Problem == "" }
 func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 	var rep VerifyReport
 	err := db.View(func(tx *Tx) error {
+		// The walk reads the whole file about in order: readahead on each
+		// fault instead of one page at a time, then bbolt's own advice
+		// again (resident.go).
+		db.advise(tx.btx, true)
+		defer db.advise(tx.btx, false)
 		var prev chainPoint
 		if v := tx.btx.Bucket(bucketMeta).Get(keyBase); v != nil {
 			if err := json.Unmarshal(v, &prev); err != nil {
