@@ -42,6 +42,10 @@ var (
 	// repair session counted since it was read, or an idempotency key
 	// recorded since it was claimed.
 	ErrConflict = errors.New("wal: state changed since it was read")
+	// ErrHeld reports a write refused while the log is held (staged.go):
+	// frames a failed commit had already sent elsewhere, or copies a crash
+	// left elsewhere, are not settled yet.
+	ErrHeld = errors.New("wal: writes held until frames sent elsewhere are settled")
 )
 
 var (
@@ -141,6 +145,8 @@ type DB struct {
 
 	// poisoned is set once bbolt panicked or faulted on the file (open.go).
 	poisoned atomic.Bool
+	// held is set while the log refuses writes (staged.go).
+	held atomic.Bool
 
 	// trust is nil or holds what is known of the log's verification;
 	// verified is closed when the open-time verification ends (trust.go).
@@ -171,8 +177,13 @@ const maxWaiting = 4096
 
 // write is one queued write; its caller waits on done.
 type write struct {
-	fn   func(*Tx) error
-	done chan error
+	fn func(*Tx) error
+	// stage, when set, is told of the write's frames before the commit
+	// goes to the disk, and of that commit's failure (staged.go).
+	stage *stage
+	// adopt: the write takes up frames and is let through a hold.
+	adopt bool
+	done  chan error
 }
 
 // answer tells the writer how its write ended.
@@ -298,10 +309,18 @@ func (db *DB) Close() error {
 // that arrive while a commit runs queue, and the commit loop commits them
 // together, up to MaxBatch at a time, until none is left.
 func (db *DB) Update(ctx context.Context, fn func(*Tx) error) error {
+	return db.enqueue(ctx, &write{fn: fn})
+}
+
+// enqueue is Update for a write made up by the caller.
+func (db *DB) enqueue(ctx context.Context, w *write) error {
 	if err := db.Trusted(); err != nil {
 		return err
 	}
-	w := &write{fn: fn, done: make(chan error, 1)}
+	if !w.adopt && db.held.Load() {
+		return ErrHeld
+	}
+	w.done = make(chan error, 1)
 	db.mu.RLock()
 	if db.closed {
 		db.mu.RUnlock()
@@ -407,10 +426,14 @@ func (db *DB) take(batch []*write) []*write {
 // answered with its error and the rest are retried without it.
 func (db *DB) commit(batch []*write) {
 	for len(batch) > 0 {
+		if batch = db.refuseHeld(batch); len(batch) == 0 {
+			return
+		}
 		start := time.Now()
 		failed := -1
 		var fnErr error
 		head := db.head
+		base, staged := head, false
 		// A file no longer at the log's path gets no writes: they would be
 		// lost, and skipping them keeps it as it was should it come back.
 		err := db.checkFile()
@@ -438,8 +461,13 @@ func (db *DB) commit(batch []*write) {
 				}
 				if tx.appended {
 					b, _ := json.Marshal(head)
-					return btx.Bucket(bucketMeta).Put(keyHead, b)
+					if err := btx.Bucket(bucketMeta).Put(keyHead, b); err != nil {
+						return err
+					}
 				}
+				// Every write ran: the frames' seqs and hashes are final
+				// unless the commit itself fails.
+				staged = db.sent(batch, base)
 				return nil
 			})
 		}
@@ -448,7 +476,9 @@ func (db *DB) commit(batch []*write) {
 				// The file went away during the commit, which is in the
 				// file this DB holds: the chain must follow it, or the next
 				// commit would reuse its seqs should the file come back.
+				// Frames sent elsewhere are in it too: no hold.
 				db.head = head
+				staged = false
 			}
 		}
 		if db.opts.OnCommit != nil {
@@ -466,6 +496,9 @@ func (db *DB) commit(batch []*write) {
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
 		default:
 			db.log.Error("wal commit failed", "writes", len(batch), "err", err)
+			if staged {
+				db.lost(batch)
+			}
 			err = fmt.Errorf("wal commit: %w", err)
 			for _, w := range batch {
 				db.answer(w, err)

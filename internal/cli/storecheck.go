@@ -66,7 +66,7 @@ The etcd settings come from --config (store.etcd.*); --etcd-endpoints and
 			defer db.Close()
 			e := &cfg.Store.Etcd
 			st, err := etcdstore.Open(etcdstore.Options{Endpoints: e.Endpoints, Prefix: e.Prefix, DialTimeout: e.DialTimeout,
-				RequestTimeout: e.RequestTimeout, TLS: tc, RecordTTL: e.RecordTTL, Replica: cfg.Replica(), Log: db})
+				RequestTimeout: e.RequestTimeout, TLS: tc, RecordTTL: e.RecordTTL, Replica: cfg.Replica(), Log: db, Inspect: true})
 			if err != nil {
 				return err
 			}

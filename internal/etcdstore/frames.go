@@ -2,6 +2,9 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -19,30 +22,59 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	req := &copyRequest{frames: frames, done: make(chan error, 1)}
+	return s.copied(ctx, s.startCopy(frames[0].Seq-1, frames[0].PrevHash, frames))
+}
+
+// logAndCopy appends ins to the replica's log and copies them to etcd,
+// and returns once both are durable. The copy is sent as soon as the
+// frames' seqs and hashes are final, before the log's commit goes to the
+// disk (wal.DB.AppendStaged), so its round trip overlaps the fsync. A
+// local commit that fails after that holds the log until the copies are
+// deleted (dropper); copies a crash left are settled when the store opens
+// (doc.go, "Frames").
+func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
+	var req *copyRequest
+	frames, err := s.log.AppendStaged(ctx, ins, wal.Staging{
+		Sent: func(baseSeq uint64, baseHash string, fs []wal.Frame) {
+			req = s.startCopy(baseSeq, baseHash, fs)
+			if s.afterSent != nil {
+				s.afterSent()
+			}
+		},
+		Lost: func() { s.lose(req) },
+	})
+	switch {
+	case errors.Is(err, wal.ErrHeld):
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	case err != nil:
+		if req != nil {
+			s.wakeDropper()
+		}
+		return nil, err
+	case req == nil: // nothing was appended
+		return frames, nil
+	}
+	return frames, s.copied(ctx, req)
+}
+
+// startCopy queues frames, appended to the log at base, for a copy
+// transaction without waiting.
+func (s *Store) startCopy(baseSeq uint64, baseHash string, frames []wal.Frame) *copyRequest {
+	req := &copyRequest{frames: frames, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
 	for i := range frames {
 		req.bytes += copyBytes(&frames[i])
 	}
 	s.copies.add(req)
-	err, waitErr := await(ctx, s.copies, req.done)
-	if waitErr != nil {
-		// The copy may still commit; the caller answers 503 either way.
-		return waitErr
-	}
-	return err
+	return req
 }
 
-// logAndCopy appends ins to the replica's log, then copies them to etcd,
-// and returns once both are durable. The copy follows the local commit:
-// a copy sent before the frames are on the replica's disk would, should
-// the replica die in between, name a seq its log never had and that it
-// then reuses for another frame (doc.go, "Frames").
-func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
-	frames, err := s.log.AppendFrames(ctx, ins)
-	if err != nil {
-		return nil, err
+// copied waits for req's copy transaction.
+func (s *Store) copied(ctx context.Context, req *copyRequest) error {
+	if _, err := await(ctx, s.copies, req.done); err != nil {
+		// The copy may still commit; the caller answers 503 either way.
+		return err
 	}
-	return frames, s.copyFrames(ctx, frames)
+	return req.err
 }
 
 // copyBytes bounds the bytes a frame's copy adds to a transaction: its
@@ -53,36 +85,83 @@ func copyBytes(f *wal.Frame) int { return len(f.Attrs) + len(f.AuditID) + 512 }
 type copyRequest struct {
 	frames []wal.Frame
 	bytes  int // copyBytes of the frames
-	done   chan error
+	// baseSeq and baseHash are the log's head before the commit that
+	// appended the frames.
+	baseSeq  uint64
+	baseHash string
+	// index is the key of the transaction's copy index, set when it is
+	// sent; err is its outcome, set before done is closed.
+	index string
+	err   error
+	done  chan struct{}
+}
+
+// end tells the request's callers how its copy ended.
+func (r *copyRequest) end(err error) {
+	r.err = err
+	close(r.done)
 }
 
 // startCopier starts the batcher of the copies: a transaction takes the
-// oldest call's frames, then the next calls' while they fit in maxTxnOps
-// puts and maxTxnBytes.
+// oldest call's frames, then the next calls' while they and the copy
+// index fit in maxTxnOps puts and maxTxnBytes.
 func (s *Store) startCopier() *batcher[*copyRequest] {
 	return startBatcher(s.bg,
 		func(p []*copyRequest) ([]*copyRequest, []*copyRequest) {
-			return splitPrefix(p, func(r *copyRequest) (int, int) { return len(r.frames), r.bytes })
+			batch, rest := splitPrefix(p, func(r *copyRequest) (int, int) { return len(r.frames), r.bytes })
+			if len(batch) > 1 && countFrames(batch)+1 > maxTxnOps {
+				// No room left for the copy index: the last call waits.
+				rest = append([]*copyRequest{batch[len(batch)-1]}, rest...)
+				batch = batch[:len(batch)-1]
+			}
+			return batch, rest
 		},
 		func(batch []*copyRequest) {
 			err := s.writeCopies(batch)
 			for _, r := range batch {
-				r.done <- err
+				r.end(err)
 			}
 		},
-		func(r *copyRequest, err error) { r.done <- err })
+		(*copyRequest).end)
 }
 
-// writeCopies puts the frames of batch in one transaction.
+// countFrames is how many frames the requests carry.
+func countFrames(rs []*copyRequest) int {
+	n := 0
+	for _, r := range rs {
+		n += len(r.frames)
+	}
+	return n
+}
+
+// writeCopies puts the frames of batch in one transaction, with the copy
+// index that names them (copyIndex).
 func (s *Store) writeCopies(batch []*copyRequest) error {
+	idx := copyIndex{Frames: make([]string, 0, countFrames(batch))}
+	var last uint64
+	for _, r := range batch {
+		if r.baseSeq >= idx.BaseSeq {
+			idx.BaseSeq, idx.BaseHash = r.baseSeq, r.baseHash
+		}
+		for i := range r.frames {
+			idx.Frames = append(idx.Frames, s.p.frame(r.frames[i].AuditID, s.o.Replica, r.frames[i].Seq))
+			last = max(last, r.frames[i].Seq)
+		}
+	}
+	key := s.p.copyIndex(s.o.Replica, last)
+	for _, r := range batch {
+		r.index = key
+	}
+	v, _ := json.Marshal(&idx)
 	return s.withLease(s.bg, func(lease clientv3.LeaseID) error {
-		var ops []clientv3.Op
+		ops := make([]clientv3.Op, 0, len(idx.Frames)+1)
 		for _, r := range batch {
 			for i := range r.frames {
 				f := &r.frames[i]
 				ops = append(ops, clientv3.OpPut(s.p.frame(f.AuditID, s.o.Replica, f.Seq), string(wal.EncodeFrame(f)), clientv3.WithLease(lease)))
 			}
 		}
+		ops = append(ops, clientv3.OpPut(key, string(v), clientv3.WithLease(lease)))
 		octx, cancel := s.opCtx(s.bg)
 		defer cancel()
 		_, err := s.cli.Txn(octx).Then(ops...).Commit()

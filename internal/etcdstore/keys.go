@@ -19,4 +19,8 @@ func (p keys) frames(auditID string) string  { return string(p) + "f/" + auditID
 func (p keys) frame(auditID, replica string, seq uint64) string {
 	return fmt.Sprintf("%s%s/%016x", p.frames(auditID), replica, seq)
 }
+func (p keys) copyIndexes(replica string) string { return string(p) + "r/" + replica + "/" }
+func (p keys) copyIndex(replica string, seq uint64) string {
+	return fmt.Sprintf("%s%016x", p.copyIndexes(replica), seq)
+}
 func (p keys) probe() string { return string(p) + "probe" }

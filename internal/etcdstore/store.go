@@ -62,6 +62,10 @@ type Options struct {
 	OnAvailable func(ok bool)
 	// Now is the clock of lease buckets; nil means time.Now.
 	Now func() time.Time
+	// Inspect opens the store only to read it (`autonomy wal check-store`):
+	// the frame copies a crash left past the log's head stay as they are,
+	// for the check to report, and the log is not held.
+	Inspect bool
 }
 
 // Store is the state of internal/state, kept in etcd. It is safe for
@@ -87,6 +91,14 @@ type Store struct {
 	copies   *batcher[*copyRequest]
 	consumes *batcher[*attempt]
 	peeks    *batcher[*peekRequest]
+	// lost are the copies of failed local commits, which the dropper
+	// deletes when dropWake tells it (settle.go).
+	dropMu   sync.Mutex
+	lost     []*copyRequest
+	dropWake chan struct{}
+	// afterSent, set by tests, runs in the log's commit loop once a copy
+	// was sent and before the local commit goes to the disk.
+	afterSent func()
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
@@ -99,6 +111,8 @@ var _ state.Store = (*Store)(nil)
 
 // Open connects to etcd. It does not wait for etcd to answer: a store
 // opened while etcd is down serves (and Probe answers) once etcd is back.
+// Until it has settled the frame copies a crash left past the log's head
+// (settle.go), at once when etcd answers, its log appends nothing.
 func Open(o Options) (*Store, error) {
 	if len(o.Endpoints) == 0 {
 		return nil, errors.New("etcdstore: no endpoints")
@@ -144,10 +158,15 @@ func Open(o Options) (*Store, error) {
 	s.bg, s.stop = context.WithCancel(context.Background())
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
 	s.copies = s.startCopier()
+	s.dropWake = make(chan struct{}, 1)
+	go s.dropper()
 	s.consumes = s.startConsumer()
 	s.peeks = s.startPeeker()
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
 	s.healthy.Store(true)
+	if !o.Inspect {
+		s.settleOnOpen()
+	}
 	return s, nil
 }
 

@@ -1,0 +1,275 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// A frame's copy is sent before the replica's own commit of the frame is
+// on its disk (logAndCopy), so etcd may hold copies of seqs the log never
+// got: when that commit failed (lose, dropper) or the process died before
+// it ended (settleCrashCopies). Until they are settled the log is held
+// (wal.ErrHeld): its next frame would take one of their seqs.
+
+// copyIndex is the value of P r/<replica>/<seq>, put by every copy
+// transaction under the lease of its copies: seq is the transaction's
+// last, Frames the keys of the copies it carries, and BaseSeq and
+// BaseHash the log's head before the newest commit among them. A copy a
+// crash left belongs to the one commit that was going to the disk, whose
+// base is the log's head when the process comes back.
+type copyIndex struct {
+	BaseSeq  uint64   `json:"base_seq"`
+	BaseHash string   `json:"base_hash"`
+	Frames   []string `json:"frames"`
+}
+
+// lose records, in the log's commit loop, that req's frames did not
+// become durable: the log is held until the dropper has deleted them.
+func (s *Store) lose(req *copyRequest) {
+	s.dropMu.Lock()
+	s.lost = append(s.lost, req)
+	s.dropMu.Unlock()
+}
+
+// wakeDropper tells the dropper that lost copies wait. It is called by
+// the caller of a failed commit once it has its answer, so every lose of
+// that commit came before.
+func (s *Store) wakeDropper() {
+	select {
+	case s.dropWake <- struct{}{}:
+	default:
+	}
+}
+
+// dropper deletes the copies of failed local commits, retrying until etcd
+// takes the delete, then releases the log. It runs until the store is
+// closed; a log still held then is settled when a store opens it again.
+func (s *Store) dropper() {
+	for {
+		select {
+		case <-s.dropWake:
+		case <-s.bg.Done():
+			return
+		}
+		s.dropMu.Lock()
+		lost := s.lost
+		s.lost = nil
+		s.dropMu.Unlock()
+		if len(lost) == 0 {
+			continue
+		}
+		var keys []string
+		for _, r := range lost {
+			// A copy still on its way would land after the delete.
+			select {
+			case <-r.done:
+			case <-s.bg.Done():
+				return
+			}
+			for i := range r.frames {
+				keys = append(keys, s.p.frame(r.frames[i].AuditID, s.o.Replica, r.frames[i].Seq))
+			}
+			keys = append(keys, r.index)
+		}
+		if err := s.retry("delete the copies of a failed local commit", func() error { return s.deleteKeys(keys) }); err != nil {
+			return
+		}
+		s.log.Release()
+		s.logger.Info("etcd: the copies of a failed local commit are deleted; appending again", "copies", len(keys)-len(lost))
+	}
+}
+
+// deleteKeys deletes keys, up to maxTxnOps in one transaction.
+func (s *Store) deleteKeys(keys []string) error {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	for chunk := range slices.Chunk(keys, maxTxnOps) {
+		ops := make([]clientv3.Op, 0, len(chunk))
+		for _, k := range chunk {
+			if k != "" {
+				ops = append(ops, clientv3.OpDelete(k))
+			}
+		}
+		octx, cancel := s.opCtx(s.bg)
+		_, err := s.cli.Txn(octx).Then(ops...).Commit()
+		err = s.seen(octx, err)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retry runs fn until it succeeds, waiting longer after each failure (up
+// to five seconds), and logs the first failure. It fails only once the
+// store is closed.
+func (s *Store) retry(what string, fn func() error) error {
+	wait := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if try == 0 {
+			s.logger.Error("etcd: cannot "+what+"; appending nothing until it can", "err", err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-s.bg.Done():
+			return fmt.Errorf("%w: store closed", ErrUnavailable)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// settleOnOpen holds the log and settles the copies a crash left past its
+// head (settleCrashCopies), then releases it: at once when the log is
+// already verified and etcd answers, else in the background, retrying
+// until etcd does. Until then the log appends nothing (wal.ErrHeld).
+func (s *Store) settleOnOpen() {
+	s.log.Hold()
+	settle := func() error {
+		if err := s.log.Trusted(); err != nil {
+			return err
+		}
+		return s.settleCrashCopies(s.bg)
+	}
+	select {
+	case <-s.log.Verified():
+		if settle() == nil {
+			s.log.Release()
+			return
+		}
+	default:
+	}
+	go func() {
+		select {
+		case <-s.log.Verified():
+		case <-s.bg.Done():
+			return
+		}
+		if s.log.Trusted() != nil {
+			return // the log writes nothing anyway
+		}
+		if s.retry("settle the frame copies past the log's head", settle) == nil {
+			s.log.Release()
+		}
+	}()
+}
+
+// settleCrashCopies reads the copy indexes of this replica past the log's
+// head. Those whose base is the head name the copies of the commit that
+// was going to the disk when the process died: the copies that continue
+// the chain exactly (seq head+1, head+2, …, each prev_hash the previous
+// hash, each hash its contents') are appended to the log as they are
+// (wal.DB.Adopt); the others, after a gap, are deleted with those indexes.
+// Indexes of another base were not written by this log (another data
+// directory under the same replica name): they are left alone and
+// logged, and `autonomy wal check-store` reports their copies.
+func (s *Store) settleCrashCopies(ctx context.Context) error {
+	head, hash := s.log.Head()
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Get(octx, s.p.copyIndex(s.o.Replica, head+1),
+		clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.p.copyIndexes(s.o.Replica))))
+	err = s.seen(octx, err)
+	cancel()
+	if err != nil || len(resp.Kvs) == 0 {
+		return err
+	}
+	var indexes, frameKeys []string
+	foreign := 0
+	for _, kv := range resp.Kvs {
+		var idx copyIndex
+		if json.Unmarshal(kv.Value, &idx) != nil || idx.BaseSeq != head || idx.BaseHash != hash {
+			foreign++
+			continue
+		}
+		indexes = append(indexes, string(kv.Key))
+		for _, k := range idx.Frames {
+			if seq, ok := keySeq(k); ok && seq > head {
+				frameKeys = append(frameKeys, k)
+			}
+		}
+	}
+	copies, err := s.getFrames(ctx, frameKeys)
+	if err != nil {
+		return err
+	}
+	adopt := s.continuing(head, hash, copies)
+	if err := s.log.Adopt(ctx, adopt); err != nil {
+		return fmt.Errorf("etcdstore: take up the frame copies past the log's head: %w", err)
+	}
+	var drop []string
+	for _, k := range frameKeys {
+		if seq, _ := keySeq(k); seq > head+uint64(len(adopt)) {
+			drop = append(drop, k)
+		}
+	}
+	if err := s.deleteKeys(append(drop, indexes...)); err != nil {
+		return err
+	}
+	s.logger.Warn("etcd: frame copies a crash left past the log's head", "head", head,
+		"adopted", len(adopt), "dropped", len(drop), "left_alone", foreign)
+	return nil
+}
+
+// continuing is the longest run of copies that continues the log at head:
+// seq head+1 and on, each linked to the one before and hashing to its
+// hash, written by this replica.
+func (s *Store) continuing(head uint64, hash string, copies map[uint64]wal.Frame) []wal.Frame {
+	var run []wal.Frame
+	for seq := head + 1; ; seq++ {
+		f, ok := copies[seq]
+		if !ok || f.PrevHash != hash || !f.HashMatches() || frameReplica(&f) != s.o.Replica {
+			return run
+		}
+		run = append(run, f)
+		hash = f.Hash
+	}
+}
+
+// getFrames reads the copies under keys, by seq; a key gone or holding
+// what does not decode is left out.
+func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Frame, error) {
+	out := map[uint64]wal.Frame{}
+	for chunk := range slices.Chunk(keys, maxTxnOps) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = clientv3.OpGet(k)
+		}
+		octx, cancel := s.opCtx(ctx)
+		resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+		err = s.seen(octx, err)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue
+			}
+			f, err := wal.DecodeFrame(kvs[0].Value)
+			if seq, _ := keySeq(chunk[i]); err == nil && f.Seq == seq {
+				out[seq] = f
+			}
+		}
+	}
+	return out, nil
+}
+
+// keySeq is the seq a frame copy's or copy index's key ends with.
+func keySeq(key string) (uint64, bool) {
+	i := strings.LastIndexByte(key, '/')
+	seq, err := strconv.ParseUint(key[i+1:], 16, 64)
+	return seq, err == nil
+}

@@ -1,0 +1,116 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// failingWrites makes the writes to the files open at path fail until
+// the returned function is called: each descriptor is swapped for a
+// read-only one, as a disk that refuses writes.
+func failingWrites(t *testing.T, path string) (restore func()) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	// Every descriptor is read before any is made: a new one could take
+	// the number the listing's own had.
+	var open []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if to, lerr := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && lerr == nil && to == path {
+			open = append(open, fd)
+		}
+	}
+	saved := map[int]int{}
+	for _, fd := range open {
+		dup, err := unix.Dup(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[fd] = dup
+		ro, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Dup3(ro, fd, unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(ro)
+	}
+	if len(saved) == 0 {
+		t.Fatalf("%s is not open", path)
+	}
+	return func() {
+		for fd, dup := range saved {
+			if err := unix.Dup3(dup, fd, unix.O_CLOEXEC); err != nil {
+				t.Error(err)
+			}
+			unix.Close(dup)
+		}
+	}
+}
+
+// TestFailedLocalCommitLeavesNoCopy: a frame's copy goes to etcd while
+// the replica's own commit of it goes to the disk; when that commit fails
+// (the disk refuses the write), the call fails, the log is held (calls
+// answer ErrUnavailable) until the copy is deleted again, then appends by
+// itself, and no replica's audit join shows a frame the writer's log
+// lacks.
+func TestFailedLocalCommitLeavesNoCopy(t *testing.T) {
+	prefix, dir := newPrefix(), t.TempDir()
+	a := open(t, "replica-a", prefix, dir)
+	defer closeStore(a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	ctx := context.Background()
+	path, err := filepath.EvalSymlinks(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restore func()
+	a.afterSent = func() { restore = failingWrites(t, path) }
+	if _, err := a.AppendDecision(ctx, decisionIn("au_failed_commit")); err == nil {
+		t.Fatal("append whose local write failed: no error")
+	}
+	a.afterSent = nil
+	if restore == nil {
+		t.Fatal("the copy was not sent before the local commit")
+	}
+	restore()
+	// Held until the dropper has deleted the copy: then appending again.
+	deadline := time.Now().Add(10 * time.Second)
+	for err := a.log.Probe(ctx); err != nil; err = a.log.Probe(ctx) {
+		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("probe after the failed commit: %v; want wal.ErrHeld until the copy is deleted", err)
+		}
+		if _, err := a.AppendDecision(ctx, decisionIn("au_while_held")); err != nil && !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("append while held: %v, want ErrUnavailable", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, err := b.AuditFrames(ctx, "au_failed_commit"); err != nil || len(got) != 0 {
+		t.Fatalf("another replica's audit join after the failed commit: %d frames, %v; want none", len(got), err)
+	}
+	f, err := a.AppendDecision(ctx, decisionIn("au_commit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Seq != 1 {
+		t.Fatalf("the frame after the failed commit: seq %d, want 1 (the failed commit's seq, free again)", f.Seq)
+	}
+	if got, err := b.AuditFrames(ctx, "au_commit"); err != nil || len(got) != 1 || got[0].Hash != f.Hash {
+		t.Fatalf("another replica's audit join: %d frames, %v; want the frame", len(got), err)
+	}
+	checkClean(t, a)
+}

@@ -1,0 +1,133 @@
+package etcdstore
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+func decisionIn(audit string) wal.FrameInput {
+	return wal.FrameInput{Kind: wal.KindDecision, AuditID: audit, Time: time.Now(), Attrs: map[string]any{"outcome": "deny"}}
+}
+
+// snapshotLog copies the log of a closed store's data dir to a new dir:
+// the log as it was before the commits that follow, as a replica killed
+// between their copies and their fsyncs comes back with.
+func snapshotLog(t *testing.T, dir string) string {
+	t.Helper()
+	to := t.TempDir()
+	src, err := os.Open(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(filepath.Join(to, wal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// checkClean fails the test unless the log verifies and check-store finds
+// etcd and the log agreeing.
+func checkClean(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	if rep, err := s.log.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("wal verify: %+v, %v", rep, err)
+	}
+	if rep, err := s.Check(ctx, time.Now()); err != nil || !rep.OK() {
+		t.Fatalf("check-store: %+v, %v", rep.Problems, err)
+	}
+}
+
+// TestCrashCopiesAdopted: a replica killed after its frame's copy
+// committed but before its own commit reached the disk comes back with a
+// log one frame short; opening the store takes the copy up into the log,
+// so the chain the other replicas see is the replica's own, and the next
+// frame follows it.
+func TestCrashCopiesAdopted(t *testing.T) {
+	prefix, dir := newPrefix(), t.TempDir()
+	ctx := context.Background()
+	a := open(t, "replica-a", prefix, dir)
+	if _, err := a.AppendDecision(ctx, decisionIn("au_before")); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(a)
+	crashed := snapshotLog(t, dir)
+	a = open(t, "replica-a", prefix, dir)
+	lostFrames, err := a.logAndCopy(ctx, []wal.FrameInput{decisionIn("au_crash"), decisionIn("au_crash")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeStore(a)
+
+	a = open(t, "replica-a", prefix, crashed)
+	defer closeStore(a)
+	if seq, hash := a.log.Head(); seq != lostFrames[1].Seq || hash != lostFrames[1].Hash {
+		t.Fatalf("reopened log's head: %d %s; want the adopted frame %d %s", seq, hash, lostFrames[1].Seq, lostFrames[1].Hash)
+	}
+	checkClean(t, a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	got, err := b.AuditFrames(ctx, "au_crash")
+	if err != nil || len(got) != 2 || got[0].Hash != lostFrames[0].Hash || got[1].Hash != lostFrames[1].Hash {
+		t.Fatalf("another replica's audit join: %+v, %v; want the two adopted frames", got, err)
+	}
+	next, err := a.AppendDecision(ctx, decisionIn("au_after"))
+	if err != nil || next.Seq != lostFrames[1].Seq+1 || next.PrevHash != lostFrames[1].Hash {
+		t.Fatalf("next frame: seq %d prev %s, %v; want it to follow the adopted frame", next.Seq, next.PrevHash, err)
+	}
+	checkClean(t, a)
+}
+
+// TestCrashCopiesAfterGapDropped: copies past the log's head that do not
+// continue it (the copy of the first frame of the lost commit never
+// committed) are deleted with their index when the store opens, and the
+// log goes on from its own head.
+func TestCrashCopiesAfterGapDropped(t *testing.T) {
+	prefix, dir := newPrefix(), t.TempDir()
+	ctx := context.Background()
+	a := open(t, "replica-a", prefix, dir)
+	if _, err := a.AppendDecision(ctx, decisionIn("au_before")); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(a)
+	crashed := snapshotLog(t, dir)
+	a = open(t, "replica-a", prefix, dir)
+	lostFrames, err := a.logAndCopy(ctx, []wal.FrameInput{decisionIn("au_gap1"), decisionIn("au_gap2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cli.Delete(ctx, a.p.frame("au_gap1", "replica-a", lostFrames[0].Seq)); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(a)
+
+	a = open(t, "replica-a", prefix, crashed)
+	defer closeStore(a)
+	if seq, _ := a.log.Head(); seq != lostFrames[0].Seq-1 {
+		t.Fatalf("reopened log's head: %d; want %d, nothing adopted", seq, lostFrames[0].Seq-1)
+	}
+	for _, k := range []string{a.p.frame("au_gap2", "replica-a", lostFrames[1].Seq), a.p.copyIndex("replica-a", lostFrames[1].Seq)} {
+		if resp, err := a.cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("%s after the open: %v, %v; want it deleted", k, resp.Kvs, err)
+		}
+	}
+	next, err := a.AppendDecision(ctx, decisionIn("au_after"))
+	if err != nil || next.Seq != lostFrames[0].Seq {
+		t.Fatalf("next frame: seq %d, %v; want %d", next.Seq, err, lostFrames[0].Seq)
+	}
+	checkClean(t, a)
+}
