@@ -101,6 +101,9 @@ func printCheckStore(w io.Writer, rep *etcdstore.CheckReport) error {
 	fmt.Fprintf(w, "wal check-store: replica %s, prefix %s, etcd revision %d\n", display.Text(rep.Replica), display.Text(rep.Prefix), rep.Revision)
 	fmt.Fprintf(w, "  WAL: %d frames since %s; etcd: %d frame copies, %d bindings, %d consumed markers of this replica\n",
 		rep.Frames, rep.Since.Format(time.RFC3339), rep.Copies, rep.Bindings, rep.Markers)
+	if rep.Pending > 0 {
+		fmt.Fprintf(w, "  %d frame copies past the log's head, left by a kill during a commit: the replica takes them up or deletes them when it opens\n", rep.Pending)
+	}
 	if rep.OK() {
 		fmt.Fprintln(w, "  ok: etcd and the WAL agree")
 		return nil

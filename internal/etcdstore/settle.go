@@ -177,28 +177,9 @@ func (s *Store) settleOnOpen() {
 // logged, and `autonomy wal check-store` reports their copies.
 func (s *Store) settleCrashCopies(ctx context.Context) error {
 	head, hash := s.log.Head()
-	octx, cancel := s.opCtx(ctx)
-	resp, err := s.cli.Get(octx, s.p.copyIndex(s.o.Replica, head+1),
-		clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.p.copyIndexes(s.o.Replica))))
-	err = s.seen(octx, err)
-	cancel()
-	if err != nil || len(resp.Kvs) == 0 {
+	indexes, frameKeys, foreign, err := s.crashCopies(ctx, head, hash, 0)
+	if err != nil || len(indexes)+foreign == 0 {
 		return err
-	}
-	var indexes, frameKeys []string
-	foreign := 0
-	for _, kv := range resp.Kvs {
-		var idx copyIndex
-		if json.Unmarshal(kv.Value, &idx) != nil || idx.BaseSeq != head || idx.BaseHash != hash {
-			foreign++
-			continue
-		}
-		indexes = append(indexes, string(kv.Key))
-		for _, k := range idx.Frames {
-			if seq, ok := keySeq(k); ok && seq > head {
-				frameKeys = append(frameKeys, k)
-			}
-		}
 	}
 	copies, err := s.getFrames(ctx, frameKeys)
 	if err != nil {
@@ -220,6 +201,38 @@ func (s *Store) settleCrashCopies(ctx context.Context) error {
 	s.logger.Warn("etcd: frame copies a crash left past the log's head", "head", head,
 		"adopted", len(adopt), "dropped", len(drop), "left_alone", foreign)
 	return nil
+}
+
+// crashCopies reads the copy indexes of this replica past the log's head
+// (at revision rev, unless 0): the keys of those whose base is the head,
+// the keys of the copies past the head they name, and how many indexes
+// have another base.
+func (s *Store) crashCopies(ctx context.Context, head uint64, hash string, rev int64) (indexes, frameKeys []string, foreign int, err error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.p.copyIndexes(s.o.Replica)))}
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	octx, cancel := s.opCtx(ctx)
+	resp, err := s.cli.Get(octx, s.p.copyIndex(s.o.Replica, head+1), opts...)
+	err = s.seen(octx, err)
+	cancel()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, kv := range resp.Kvs {
+		var idx copyIndex
+		if json.Unmarshal(kv.Value, &idx) != nil || idx.BaseSeq != head || idx.BaseHash != hash {
+			foreign++
+			continue
+		}
+		indexes = append(indexes, string(kv.Key))
+		for _, k := range idx.Frames {
+			if seq, ok := keySeq(k); ok && seq > head {
+				frameKeys = append(frameKeys, k)
+			}
+		}
+	}
+	return indexes, frameKeys, foreign, nil
 }
 
 // continuing is the longest run of copies that continues the log at head:
