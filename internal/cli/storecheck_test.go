@@ -18,13 +18,15 @@ import (
 
 // TestWALCheckStore runs wal check-store against a real etcd: clean after a
 // preflight and its consume; a deleted etcd key is a frame without its
-// state; a WAL that lacks frames (a second data directory holding the log
-// as it was before the consume) leaves records naming frames it does not
-// have. A mismatch exits 1.
+// state; a WAL that lacks frames leaves records naming frames it does not
+// have: the consume's copies are pending when the log is as a kill during
+// their commit leaves it (a second data directory holding the log as it
+// was before the consume), and copies without frames when it is older
+// still (a third, the log before the preflight). A mismatch exits 1.
 func TestWALCheckStore(t *testing.T) {
 	c := etcdtest.StartT(t, etcdtest.Options{})
 	ctx := context.Background()
-	dirA, dirB := t.TempDir(), t.TempDir()
+	dirA, dirB, dirC := t.TempDir(), t.TempDir(), t.TempDir()
 	db, err := wal.Open(dirA, &wal.Options{Replica: "replica-a"})
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +35,8 @@ func TestWALCheckStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// dirC: the log before the preflight.
+	copyFile(t, filepath.Join(dirA, wal.FileName), filepath.Join(dirC, wal.FileName))
 	b := preflight.Binding{PreflightID: "pf_checkstore_000001", AuditID: "au_checkstore_000001", Outcome: preflight.OutcomePass,
 		ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour),
 		Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create", ArgsDigest: "sha256:x"}}}
@@ -85,6 +89,11 @@ func TestWALCheckStore(t *testing.T) {
 	rep = check(dirB, 1)
 	if got := strings.Join(problems(rep), ","); got != "marker_without_frame" || rep.Pending != 2 {
 		t.Fatalf("WAL lacking frames: problems %s, %d pending; want the marker without frames and the two copies pending (%+v)", got, rep.Pending, rep.Problems)
+	}
+
+	rep = check(dirC, 1)
+	if got := strings.Join(problems(rep), ","); got != "binding_without_frame,copy_without_frame,copy_without_frame,copy_without_frame,marker_without_frame" || rep.Pending != 0 {
+		t.Fatalf("WAL lacking older frames: problems %s, %d pending; want every record without its frame (%+v)", got, rep.Pending, rep.Problems)
 	}
 
 	// A deleted binding.

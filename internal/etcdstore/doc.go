@@ -15,6 +15,9 @@
 //	P ic/<idempotency key>             a claim of the key by a submission being decided
 //	P sl/<session key>/…               the lock of a repair session (clientv3/concurrency)
 //	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of a frame in the writing replica's log
+//	P r/<replica>/<seq, 16 hex digits>  copy index: JSON {"base_seq","base_hash","frames"}, put by every copy
+//	                                   transaction under its copies' lease; seq is its last frame's, frames
+//	                                   the P f/… keys it carries, base the log's head before the newest commit
 //
 // # Consume-once
 //
@@ -51,35 +54,67 @@
 // A peek (what a consume would do, without writing) reads the binding's
 // key and markers; concurrent peeks read side by side in one read-only
 // transaction, which etcd serves without a raft entry.
-
+//
 // # Frames
 //
-// Each replica writes every frame to its own hash-chained WAL first, and a
-// copy to P f/…, before the answer that depends on it; the copies of
-// concurrent calls share transactions (batch.go: up to 128 puts or 1 MiB,
-// two in flight), so a lone call waits one round trip and a busy replica
-// sends far fewer requests than calls. GET /v1/audit reads the
-// copies of every replica (and the local log, for frames whose copies
-// expired), so it answers the same on every live replica, also after the
-// writer died. A preflight's frame is written before its binding, so a
-// binding in etcd always has its frame somewhere; a write refused as a
-// conflict after the frame leaves the frame in the local log alone, which
-// `autonomy wal check-store` reports.
+// Each replica writes every frame to its own hash-chained WAL and a copy
+// to P f/…, both durable before the answer that depends on them; the
+// copies of concurrent calls share transactions (batch.go: up to 127
+// copies and the copy index, or 1 MiB, two in flight), so a lone call
+// waits one round trip and a busy replica sends far fewer requests than
+// calls. GET /v1/audit reads the copies of every replica (and the local
+// log, for frames whose copies expired), so it answers the same on every
+// live replica, also after the writer died. A preflight's frame is written
+// before its binding, so a binding in etcd always has its frame somewhere;
+// a write refused as a conflict after the frame leaves the frame in the
+// local log alone, which `autonomy wal check-store` reports.
 //
-// The copy follows the local commit; it does not overlap its fsync. A copy
-// sent once the frames' seqs and hashes are final but before they are on
-// the replica's disk was tried, and the crash soak on etcd refuted it: a
-// replica killed between the copy's commit and its own fsync comes back
-// with the copy in etcd naming a seq its log never had, reuses that seq
-// for its next frame, and the chain the other replicas' audit join shows
-// forks from the replica's own (check-store: copy_without_frame, then
-// copy_differs). Carrying the decision frames' content in the marker's
-// transaction, the full copy following asynchronously, would take the copy
-// off an allowed consume's path without that fork, but only for allowed
-// consumes (a replay's or a policy's deny writes no marker), and the audit
-// join would show a frame without seq or hash until its copy arrives, so
-// two replicas could answer one audit id differently for a while; it is
-// not built.
+// The copy of a consume's or a decision's frames is sent from inside the
+// log's commit (wal.DB.AppendStaged): once every write of the commit has
+// run, the frames' seq, prev_hash and hash are final, and the copy's
+// transaction goes out while bbolt writes and fsyncs the file; the answer
+// waits for both, so a call pays the longer of the fsync and one round
+// trip, not their sum. etcd may then hold copies of seqs the log never
+// got, which the log's next frames would take for other content (the
+// chain the other replicas' audit join shows would fork from the
+// replica's own). Two cases, both closed:
+//
+//   - The local commit fails (a write error, not a crash): the log holds
+//     itself (wal.ErrHeld) before it answers any write of that commit, the
+//     call answers 503, and the store deletes the copies and their index
+//     in the background, once their own transaction has ended, retrying
+//     until etcd takes the delete; until then every append and the
+//     readiness probe answer 503 (ErrUnavailable), and then the log
+//     appends again by itself.
+//   - The process dies between the copy's commit and its fsync: when the
+//     store opens it holds the log, reads the copy indexes past the log's
+//     head (one range read of P r/<replica>/<head+1>…) and, for those whose
+//     base is the head (the commit that was going to the disk), takes up
+//     the copies that continue the chain exactly (seq head+1 on, each
+//     prev_hash the previous hash, each hash its contents', this replica's)
+//     into the log as they are (wal.DB.Adopt), and deletes those after a
+//     gap with the indexes; one log line says how many were adopted and
+//     dropped. Only then does it release the log. etcd down at that
+//     moment keeps the log held, retried in the background, as the
+//     replica stays unready until etcd answers anyway. Indexes of another
+//     base were not written by this log (another data directory under the
+//     same replica name) and are left alone, for check-store to report.
+//     check-store on a stopped replica counts the copies a kill left past
+//     its head as pending, not as a problem: the replica settles them
+//     before it appends.
+//
+// A call whose copy was taken up was never answered (its caller saw a
+// dropped connection), so adopting it records what happened: the marker
+// committed, the frames are in both places. The copies of preflights
+// (with the binding), approvals and outcomes are written after the local
+// commit, as before.
+//
+// Carrying the decision frames' content in the marker's transaction, the
+// full copy following asynchronously, was weighed instead: it helps only
+// allowed consumes (a replay's or a policy's deny writes no marker), and
+// the audit join would show a frame without seq or hash until its copy
+// arrives, so two replicas could answer one audit id differently for a
+// while.
 //
 // # Leases
 //
