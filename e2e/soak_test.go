@@ -325,7 +325,16 @@ func TestCrashSoakEtcd(t *testing.T) {
 	reps := startReplicas(t, c.Endpoints(), 2)
 	srvs := []*Server{reps[0].Server, reps[1].Server}
 	names := map[string]string{reps[0].DataDir: reps[0].name, reps[1].DataDir: reps[1].name}
+	var adopted, dropped float64
+	t.Cleanup(func() {
+		t.Logf("soak: restarted replicas took up %v frame copies a kill left past their log's head and dropped %v", adopted, dropped)
+	})
 	crashSoak(t, 10, srvs, func(l *soakLedger, cycle int, killed *Server) {
+		for _, rec := range killed.LogLines("etcd: frame copies a crash left past the log's head") {
+			a, _ := rec["adopted"].(float64)
+			d, _ := rec["dropped"].(float64)
+			adopted, dropped = adopted+a, dropped+d
+		}
 		// A replica killed at any moment leaves no record in etcd that
 		// names a frame its log lacks: its frames are durable before their
 		// copies and bindings. (A marker may lack its frames: the marker
