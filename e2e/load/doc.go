@@ -5,8 +5,10 @@
 // mode), and drives each with the same client at every concurrency asked
 // for. It prints throughput, p50 and p99 per scenario, the CPU the measured
 // process spent per call, the service's WAL commits per call and writes per
-// commit (from its /metrics), the ratios to the floors and the service's
-// RSS, and checks the goals of issue 22. With -opa-envoy BIN it runs
+// commit (from its /metrics), on etcd the etcd requests and raft entries
+// per call (from the etcd member's /metrics, all replicas together), the
+// ratios to the floors and the service's RSS, and checks the goals of
+// issue 22. With -opa-envoy BIN it runs
 // OPA-Envoy beside the service, without and with its decision log
 // (opaenvoy.go), and takes the service's ratios to it; it first measures the
 // least durable bbolt write on the same file system (boltfloor.go).
