@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -111,6 +112,71 @@ func TestFailedLocalCommitLeavesNoCopy(t *testing.T) {
 	}
 	if got, err := b.AuditFrames(ctx, "au_commit"); err != nil || len(got) != 1 || got[0].Hash != f.Hash {
 		t.Fatalf("another replica's audit join: %d frames, %v; want the frame", len(got), err)
+	}
+	checkClean(t, a)
+}
+
+// TestFailedCommitHeldUntilEtcdTakesTheDelete: when the local commit fails
+// after its copy went out and etcd is down too, the copy cannot be deleted
+// yet: the log stays held (every append answers ErrUnavailable) until etcd
+// is back and takes the delete, then appends again by itself.
+func TestFailedCommitHeldUntilEtcdTakesTheDelete(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	dir := t.TempDir()
+	log, err := wal.Open(dir, &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Open(Options{Endpoints: c.Endpoints(), Replica: "replica-a", Log: log, RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
+	defer closeStore(a)
+	ctx := context.Background()
+	path, err := filepath.EvalSymlinks(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restore func()
+	a.afterSent = func() {
+		restore = failingWrites(t, path)
+		c.Members[0].Stop()
+	}
+	if _, err := a.AppendDecision(ctx, decisionIn("au_failed_commit")); err == nil {
+		t.Fatal("append whose local write failed: no error")
+	}
+	a.afterSent = nil
+	restore()
+	// etcd is down: whatever the copy did, its delete cannot be taken.
+	for range 3 {
+		if _, err := a.AppendDecision(ctx, decisionIn("au_while_held")); !errors.Is(err, ErrUnavailable) || !errors.Is(err, wal.ErrHeld) {
+			t.Fatalf("append while the copy cannot be deleted: %v, want ErrUnavailable (wal.ErrHeld)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.Members[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for err := a.log.Probe(ctx); err != nil; err = a.log.Probe(ctx) {
+		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("probe once etcd is back: %v; want wal.ErrHeld until the copy is deleted, then nil", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, k := range []string{a.p.frame("au_failed_commit", "replica-a", 1), a.p.copyIndex("replica-a", 1)} {
+		if resp, err := cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("%s once the log appends again: %v, %v; want it deleted", k, resp.Kvs, err)
+		}
+	}
+	if f, err := a.AppendDecision(ctx, decisionIn("au_commit")); err != nil || f.Seq != 1 {
+		t.Fatalf("append once the copy is deleted: seq %d, %v; want seq 1", f.Seq, err)
 	}
 	checkClean(t, a)
 }
