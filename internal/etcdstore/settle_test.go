@@ -58,20 +58,8 @@ func checkClean(t *testing.T, s *Store) {
 // so the chain the other replicas see is the replica's own, and the next
 // frame follows it.
 func TestCrashCopiesAdopted(t *testing.T) {
-	prefix, dir := newPrefix(), t.TempDir()
 	ctx := context.Background()
-	a := open(t, "replica-a", prefix, dir)
-	if _, err := a.AppendDecision(ctx, decisionIn("au_before")); err != nil {
-		t.Fatal(err)
-	}
-	closeStore(a)
-	crashed := snapshotLog(t, dir)
-	a = open(t, "replica-a", prefix, dir)
-	lostFrames, err := a.logAndCopy(ctx, []wal.FrameInput{decisionIn("au_crash"), decisionIn("au_crash")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeStore(a)
+	prefix, crashed, lostFrames := crashAfterCopies(t, "au_crash", "au_crash")
 
 	// check-store on the stopped replica's log counts the copies as
 	// pending, no problem: they are settled when the replica opens.
@@ -89,7 +77,7 @@ func TestCrashCopiesAdopted(t *testing.T) {
 		t.Fatalf("check-store before the reopen: pending %d, problems %+v, %v; want 2 pending, no problem", rep.Pending, rep.Problems, err)
 	}
 
-	a = open(t, "replica-a", prefix, crashed)
+	a := open(t, "replica-a", prefix, crashed)
 	defer closeStore(a)
 	if seq, hash := a.log.Head(); seq != lostFrames[1].Seq || hash != lostFrames[1].Hash {
 		t.Fatalf("reopened log's head: %d %s; want the adopted frame %d %s", seq, hash, lostFrames[1].Seq, lostFrames[1].Hash)
@@ -113,25 +101,15 @@ func TestCrashCopiesAdopted(t *testing.T) {
 // committed) are deleted with their index when the store opens, and the
 // log goes on from its own head.
 func TestCrashCopiesAfterGapDropped(t *testing.T) {
-	prefix, dir := newPrefix(), t.TempDir()
 	ctx := context.Background()
-	a := open(t, "replica-a", prefix, dir)
-	if _, err := a.AppendDecision(ctx, decisionIn("au_before")); err != nil {
+	prefix, crashed, lostFrames := crashAfterCopies(t, "au_gap1", "au_gap2")
+	other := open(t, "replica-b", prefix, t.TempDir())
+	if _, err := other.cli.Delete(ctx, other.p.frame("au_gap1", "replica-a", lostFrames[0].Seq)); err != nil {
 		t.Fatal(err)
 	}
-	closeStore(a)
-	crashed := snapshotLog(t, dir)
-	a = open(t, "replica-a", prefix, dir)
-	lostFrames, err := a.logAndCopy(ctx, []wal.FrameInput{decisionIn("au_gap1"), decisionIn("au_gap2")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.cli.Delete(ctx, a.p.frame("au_gap1", "replica-a", lostFrames[0].Seq)); err != nil {
-		t.Fatal(err)
-	}
-	closeStore(a)
+	closeStore(other)
 
-	a = open(t, "replica-a", prefix, crashed)
+	a := open(t, "replica-a", prefix, crashed)
 	defer closeStore(a)
 	if seq, _ := a.log.Head(); seq != lostFrames[0].Seq-1 {
 		t.Fatalf("reopened log's head: %d; want %d, nothing adopted", seq, lostFrames[0].Seq-1)
@@ -146,4 +124,31 @@ func TestCrashCopiesAfterGapDropped(t *testing.T) {
 		t.Fatalf("next frame: seq %d, %v; want %d", next.Seq, err, lostFrames[0].Seq)
 	}
 	checkClean(t, a)
+}
+
+// crashAfterCopies is replica-a killed after the copies of one commit of
+// decision frames, one per audit id, reached etcd and before the commit
+// reached its disk: it returns the prefix, the data directory as the
+// crash left it (the log one commit short) and the lost frames.
+func crashAfterCopies(t *testing.T, auditIDs ...string) (prefix, crashed string, lost []wal.Frame) {
+	t.Helper()
+	prefix, dir := newPrefix(), t.TempDir()
+	ctx := context.Background()
+	a := open(t, "replica-a", prefix, dir)
+	if _, err := a.AppendDecision(ctx, decisionIn("au_before")); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(a)
+	crashed = snapshotLog(t, dir)
+	a = open(t, "replica-a", prefix, dir)
+	defer closeStore(a)
+	ins := make([]wal.FrameInput, len(auditIDs))
+	for i, id := range auditIDs {
+		ins[i] = decisionIn(id)
+	}
+	lost, err := a.logAndCopy(ctx, ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, crashed, lost
 }
