@@ -151,10 +151,18 @@ func (f *Frame) hashMatches() bool { return f.computeHash() == f.Hash }
 // encoding/json would otherwise rewrite <, > and & inside the canonical
 // attrs, and the stored bytes would no longer hash to f.Hash.
 func encodeFrame(f *Frame) ([]byte, error) {
-	if len(f.Attrs) == 0 || !validJSON(f.Attrs) {
-		return nil, fmt.Errorf("%w: frame %d attrs are not JSON", ErrCorrupt, f.Seq)
+	if err := f.checkAttrs(); err != nil {
+		return nil, err
 	}
 	return f.encode(), nil
+}
+
+// checkAttrs reports ErrCorrupt unless f's attrs are JSON.
+func (f *Frame) checkAttrs() error {
+	if len(f.Attrs) == 0 || !validJSON(f.Attrs) {
+		return fmt.Errorf("%w: frame %d attrs are not JSON", ErrCorrupt, f.Seq)
+	}
+	return nil
 }
 
 // DecodeFrame parses a stored frame, as JSON or packed (see pack.go). It

@@ -147,19 +147,8 @@ func (tx *Tx) adopt(f *Frame) error {
 	if !f.hashMatches() {
 		return fmt.Errorf("%w: adopt: frame %d does not hash to its hash", ErrCorrupt, f.Seq)
 	}
-	if _, err := encodeFrame(f); err != nil {
+	if err := f.checkAttrs(); err != nil {
 		return err
 	}
-	key := seqKey(f.Seq)
-	if err := tx.btx.Bucket(bucketFrames).Put(key[:], EncodeFrame(f)); err != nil {
-		return err
-	}
-	if f.AuditID != "" {
-		if err := tx.btx.Bucket(bucketAudit).Put(auditKey(f.AuditID, f.Seq), nil); err != nil {
-			return err
-		}
-	}
-	tx.head.Seq, tx.head.Hash = f.Seq, f.Hash
-	tx.appended = true
-	return nil
+	return tx.put(f, EncodeFrame(f))
 }

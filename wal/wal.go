@@ -575,22 +575,31 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 		PrevHash:  tx.head.Hash,
 	}
 	f.Hash = f.computeHash()
-	key := seqKey(f.Seq)
 	stored := f.encode()
 	if attrs.packed != nil {
 		stored = f.encodePacked(attrs.packed)
 	}
-	if err := tx.btx.Bucket(bucketFrames).Put(key[:], stored); err != nil {
+	if err := tx.put(&f, stored); err != nil {
 		return Frame{}, err
+	}
+	return f, nil
+}
+
+// put stores f, in its stored form, as the log's new head, with its audit
+// index entry.
+func (tx *Tx) put(f *Frame, stored []byte) error {
+	key := seqKey(f.Seq)
+	if err := tx.btx.Bucket(bucketFrames).Put(key[:], stored); err != nil {
+		return err
 	}
 	if f.AuditID != "" {
 		if err := tx.btx.Bucket(bucketAudit).Put(auditKey(f.AuditID, f.Seq), nil); err != nil {
-			return Frame{}, err
+			return err
 		}
 	}
 	tx.head.Seq, tx.head.Hash = f.Seq, f.Hash
 	tx.appended = true
-	return f, nil
+	return nil
 }
 
 // Frame returns the frame with the given seq.
