@@ -137,15 +137,19 @@ func countFrames(rs []*copyRequest) int {
 // writeCopies puts the frames of batch in one transaction, with the copy
 // index that names them (copyIndex).
 func (s *Store) writeCopies(batch []*copyRequest) error {
-	idx := copyIndex{Frames: make([]string, 0, countFrames(batch))}
+	n := countFrames(batch)
+	idx := copyIndex{Frames: make([]string, 0, n)}
+	values := make([]string, 0, n)
 	var last uint64
 	for _, r := range batch {
 		if r.baseSeq >= idx.BaseSeq {
 			idx.BaseSeq, idx.BaseHash = r.baseSeq, r.baseHash
 		}
 		for i := range r.frames {
-			idx.Frames = append(idx.Frames, s.p.frame(r.frames[i].AuditID, s.o.Replica, r.frames[i].Seq))
-			last = max(last, r.frames[i].Seq)
+			f := &r.frames[i]
+			idx.Frames = append(idx.Frames, s.p.frame(f.AuditID, s.o.Replica, f.Seq))
+			values = append(values, string(wal.EncodeFrame(f)))
+			last = max(last, f.Seq)
 		}
 	}
 	key := s.p.copyIndex(s.o.Replica, last)
@@ -153,13 +157,12 @@ func (s *Store) writeCopies(batch []*copyRequest) error {
 		r.index = key
 	}
 	v, _ := json.Marshal(&idx)
+	// The copies are encoded once, before the lease is known: a retry
+	// under a new lease sends the same bytes.
 	return s.withLease(s.bg, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, 0, len(idx.Frames)+1)
-		for _, r := range batch {
-			for i := range r.frames {
-				f := &r.frames[i]
-				ops = append(ops, clientv3.OpPut(s.p.frame(f.AuditID, s.o.Replica, f.Seq), string(wal.EncodeFrame(f)), clientv3.WithLease(lease)))
-			}
+		ops := make([]clientv3.Op, 0, n+1)
+		for i, k := range idx.Frames {
+			ops = append(ops, clientv3.OpPut(k, values[i], clientv3.WithLease(lease)))
 		}
 		ops = append(ops, clientv3.OpPut(key, string(v), clientv3.WithLease(lease)))
 		octx, cancel := s.opCtx(s.bg)
