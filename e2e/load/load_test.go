@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/wal"
 )
 
 // TestMain lets the test binary stand in for the load command as the floor
 // process: startFloors runs this executable again with floorEnv set.
 func TestMain(m *testing.M) {
+	etcdtest.RunMemberIfAsked() // the etcd member of the etcd benchmarks, when this is its process
 	if os.Getenv(floorEnv) != "" {
 		if err := serveFloors(); err != nil {
 			os.Exit(1)

@@ -2,16 +2,21 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/contractrefine/autonomy/extauthz"
 	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/internal/server"
 )
 
@@ -122,4 +127,107 @@ func BenchmarkServiceCheck(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchEtcdServer is benchServer on a one-member etcd of its own, run in a
+// helper process, so a CPU profile shows the service and its etcd client
+// and nothing of the member.
+func benchEtcdServer(b *testing.B) *server.Server {
+	b.Helper()
+	c, err := etcdtest.Start(etcdtest.Options{Kind: etcdtest.Process, Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	cfg := config.Default()
+	cfg.DataDir = b.TempDir()
+	cfg.ContractRefine.Mode = "enforce"
+	cfg.Store.Etcd.Endpoints = c.Endpoints()
+	s, err := server.New(context.Background(), cfg, server.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkServiceEtcd is BenchmarkServicePreflight and the consume of
+// BenchmarkServiceCheck on etcd (one replica), by 1 and 64 callers.
+func BenchmarkServiceEtcd(b *testing.B) {
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("preflight/conc=%d", conc), func(b *testing.B) {
+			h := benchEtcdServer(b).Handler()
+			b.ReportAllocs()
+			b.ResetTimer()
+			withProcCounts(b, func() {
+				benchutil.Parallel(b, conc, func(i int) error {
+					_, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
+					return err
+				})
+			})
+		})
+		b.Run(fmt.Sprintf("consume/conc=%d", conc), func(b *testing.B) {
+			s := benchEtcdServer(b)
+			h := s.Handler()
+			srv := extauthz.NewServer(s.Gate())
+			cl := newClient()
+			ctx := context.Background()
+			idList := make([]string, b.N)
+			err := func() error {
+				var mu sync.Mutex
+				var first error
+				var wg sync.WaitGroup
+				for w := range 16 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := w; i < b.N; i += 16 {
+							id, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
+							if err != nil {
+								mu.Lock()
+								first = cmp.Or(first, err)
+								mu.Unlock()
+								return
+							}
+							idList[i] = id
+						}
+					}()
+				}
+				wg.Wait()
+				return first
+			}()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			withProcCounts(b, func() {
+				benchutil.Parallel(b, conc, func(i int) error {
+					resp, err := srv.Check(ctx, cl.checkRequest("tool.echo", idList[i]))
+					if err == nil && resp.GetStatus().GetCode() != 0 {
+						err = fmt.Errorf("check %d: %v", i, resp.GetStatus())
+					}
+					return err
+				})
+			})
+		})
+	}
+}
+
+// withProcCounts runs the timed part of a benchmark and reports the CPU
+// and the context switches this process spent per op (the etcd member
+// runs in a process of its own): figures the machine's other load moves
+// less than the time per op.
+func withProcCounts(b *testing.B, run func()) {
+	pid := os.Getpid()
+	cpu0, err0 := cpuTime(pid)
+	sw0, err1 := switches(pid)
+	run()
+	cpu1, err2 := cpuTime(pid)
+	sw1, err3 := switches(pid)
+	if err := cmp.Or(err0, err1, err2, err3); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(sw1-sw0)/float64(b.N), "cs/op")
 }

@@ -25,25 +25,30 @@ const inFlight = 2
 // etcd transactions (group commit), up to inFlight at once. A sender that
 // is free takes what waits at once, with no timer: a lone call waits one
 // round trip, as with a transaction of its own, and a crowd shares a
-// transaction per round trip.
+// transaction per round trip. A call that waits for its answer anyway
+// (addAndSend) sends from its own goroutine when a sender is free, so a
+// lone call wakes no other goroutine; a background sender takes what
+// waits while every sender is busy.
 type batcher[T any] struct {
 	bg context.Context
 	// split divides the queue into what one transaction takes and what
 	// waits for a later one, each in the queue's order.
 	split func(pending []T) (batch, rest []T)
-	// send sends one batch and answers every request of it.
-	send func(batch []T)
+	// send sends one batch under ctx and answers every request of it.
+	send func(ctx context.Context, batch []T)
 	// fail answers a request that will not be sent.
 	fail func(r T, err error)
 
 	mu      sync.Mutex
 	pending []T
+	// sending counts the batches in flight, background or not.
+	sending int
 	wake    chan struct{}
 }
 
-// startBatcher starts the senders of a batcher; they run until bg is done,
-// and answer what is still queued then with fail.
-func startBatcher[T any](bg context.Context, split func([]T) ([]T, []T), send func([]T), fail func(T, error)) *batcher[T] {
+// startBatcher starts the background senders of a batcher; they run until
+// bg is done, and answer what is still queued then with fail.
+func startBatcher[T any](bg context.Context, split func([]T) ([]T, []T), send func(context.Context, []T), fail func(T, error)) *batcher[T] {
 	b := &batcher[T]{bg: bg, split: split, send: send, fail: fail, wake: make(chan struct{}, 1)}
 	for range inFlight {
 		go b.run()
@@ -51,12 +56,45 @@ func startBatcher[T any](bg context.Context, split func([]T) ([]T, []T), send fu
 	return b
 }
 
-// add queues r for a sender.
+// add queues r for a background sender.
 func (b *batcher[T]) add(r T) {
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	b.mu.Unlock()
 	b.signal()
+}
+
+// addAndSend queues r and, when fewer than inFlight batches are in flight,
+// sends what waits (r among it) from the calling goroutine before it
+// returns; otherwise a sender takes r when it is done. A batch of r alone
+// is sent under a context that ctx's end cancels too: the caller that
+// gives up stops only its own request (which may still commit; it answers
+// 503 either way), never another call's.
+func (b *batcher[T]) addAndSend(ctx context.Context, r T) {
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	if b.sending >= inFlight {
+		b.mu.Unlock()
+		return
+	}
+	b.sending++
+	batch := b.take()
+	b.mu.Unlock()
+	sctx := b.bg
+	if len(batch) == 1 && ctx.Done() != nil {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithCancel(b.bg)
+		stop := context.AfterFunc(ctx, cancel)
+		defer func() { stop(); cancel() }()
+	}
+	b.send(sctx, batch)
+	b.mu.Lock()
+	b.sending--
+	more := len(b.pending) > 0
+	b.mu.Unlock()
+	if more {
+		b.signal()
+	}
 }
 
 // signal tells a free sender that requests wait.
@@ -67,19 +105,36 @@ func (b *batcher[T]) signal() {
 	}
 }
 
-// next removes from the queue the requests of one transaction.
+// take removes from the queue the requests of one transaction; b.mu is
+// held and the queue is not empty.
+func (b *batcher[T]) take() []T {
+	batch, rest := b.split(b.pending)
+	b.pending = rest
+	return batch
+}
+
+// next removes from the queue the requests of one transaction and counts
+// it in flight; nil when none waits or inFlight batches are in flight
+// (the sender that ends one looks again).
 func (b *batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.pending) == 0 {
+	if len(b.pending) == 0 || b.sending >= inFlight {
 		return nil
 	}
-	batch, rest := b.split(b.pending)
-	b.pending = rest
-	if len(rest) > 0 {
+	b.sending++
+	batch := b.take()
+	if len(b.pending) > 0 && b.sending < inFlight {
 		b.signal()
 	}
 	return batch
+}
+
+// sent counts a background sender's batch done.
+func (b *batcher[T]) sent() {
+	b.mu.Lock()
+	b.sending--
+	b.mu.Unlock()
 }
 
 func (b *batcher[T]) run() {
@@ -87,15 +142,18 @@ func (b *batcher[T]) run() {
 		select {
 		case <-b.wake:
 		case <-b.bg.Done():
-			for batch := b.next(); len(batch) > 0; batch = b.next() {
-				for _, r := range batch {
-					b.fail(r, fmt.Errorf("%w: store closed", ErrUnavailable))
-				}
+			b.mu.Lock()
+			pending := b.pending
+			b.pending = nil
+			b.mu.Unlock()
+			for _, r := range pending {
+				b.fail(r, fmt.Errorf("%w: store closed", ErrUnavailable))
 			}
 			return
 		}
 		for batch := b.next(); len(batch) > 0; batch = b.next() {
-			b.send(batch)
+			b.send(b.bg, batch)
+			b.sent()
 		}
 	}
 }

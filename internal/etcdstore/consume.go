@@ -102,7 +102,7 @@ func (s *Store) decodeSeen(id string, rs []*etcdserverpb.ResponseOp) (*seenState
 func (s *Store) Peek(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
 	id := r.Binding.PreflightID
 	p := &peekRequest{id: id, bytes: len(s.p.binding(id)) + len(s.p.markers(id)) + 64, done: make(chan attemptAnswer, 1)}
-	s.peeks.add(p)
+	s.peeks.addAndSend(ctx, p)
 	ans, err := await(ctx, s.peeks, p.done)
 	if err == nil {
 		err = ans.err
@@ -140,12 +140,12 @@ func (s *Store) startPeeker() *batcher[*peekRequest] {
 
 // sendPeeks reads the bindings of batch in one transaction and answers
 // every peek of it; an etcd error fails them all.
-func (s *Store) sendPeeks(batch []*peekRequest) {
+func (s *Store) sendPeeks(ctx context.Context, batch []*peekRequest) {
 	ops := make([]clientv3.Op, 0, 2*len(batch))
 	for _, r := range batch {
 		ops = append(ops, s.readOps(r.id)...)
 	}
-	octx, cancel := s.opCtx(s.bg)
+	octx, cancel := s.opCtx(ctx)
 	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
 	err = s.seen(octx, err)
 	cancel()
@@ -199,7 +199,7 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	known := &seenState{bound: true, markers: map[int]marker{}}
 	for range len(r.Binding.Steps) + 1 {
 		a := s.newAttempt(id, try, m, value)
-		s.consumes.add(a)
+		s.consumes.addAndSend(ctx, a)
 		ans, err := await(ctx, s.consumes, a.done)
 		if err == nil {
 			err = ans.err
@@ -308,7 +308,7 @@ func splitAttempts(pending []*attempt) (batch, rest []*attempt) {
 // sub-transaction per leader (doc.go, "Consume-once"), each decided on
 // its own in etcd, and answers every attempt. An etcd error fails them
 // all.
-func (s *Store) sendAttempts(batch []*attempt) {
+func (s *Store) sendAttempts(ctx context.Context, batch []*attempt) {
 	var leaders []*attempt
 	for _, a := range batch {
 		if a.leader == nil {
@@ -316,7 +316,7 @@ func (s *Store) sendAttempts(batch []*attempt) {
 		}
 	}
 	var resp *clientv3.TxnResponse
-	err := s.withLease(s.bg, func(lease clientv3.LeaseID) error {
+	err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
 		ops := make([]clientv3.Op, len(leaders))
 		for i, a := range leaders {
 			ops[i] = clientv3.OpTxn(
@@ -325,7 +325,7 @@ func (s *Store) sendAttempts(batch []*attempt) {
 				[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
 				s.readOps(a.id))
 		}
-		octx, cancel := s.opCtx(s.bg)
+		octx, cancel := s.opCtx(ctx)
 		defer cancel()
 		var err error
 		resp, err = s.cli.Txn(octx).Then(ops...).Commit()

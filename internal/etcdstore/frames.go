@@ -116,7 +116,7 @@ func (s *Store) startCopier() *batcher[*copyRequest] {
 			}
 			return batch, rest
 		},
-		func(batch []*copyRequest) {
+		func(_ context.Context, batch []*copyRequest) {
 			err := s.writeCopies(batch)
 			for _, r := range batch {
 				r.end(err)

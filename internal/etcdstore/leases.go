@@ -23,6 +23,14 @@ func (l *leases) width() time.Duration {
 	return min(max(l.ttl/24, time.Second), time.Hour)
 }
 
+// cached returns the lease of now's bucket when it was granted already.
+func (l *leases) cached(now time.Time) (clientv3.LeaseID, bool) {
+	b := now.UnixNano() / int64(l.width())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, l.id != 0 && l.bucket == b
+}
+
 // current returns the lease of now's bucket, granting it on the bucket's
 // first write.
 func (l *leases) current(ctx context.Context, now time.Time) (clientv3.LeaseID, error) {

@@ -71,17 +71,22 @@ func decodeBindingRecord(id string, v []byte) (preflight.Binding, bindingRecord,
 // again once when etcd no longer knows the cached one.
 func (s *Store) withLease(ctx context.Context, write func(clientv3.LeaseID) error) error {
 	for try := 0; ; try++ {
-		lctx, cancel := s.opCtx(ctx)
-		id, err := s.leases.current(lctx, s.now())
-		if err != nil {
-			// Only a grant reaches etcd: a cached lease says nothing of it.
-			err = s.seen(lctx, err)
+		now := s.now()
+		id, ok := s.leases.cached(now)
+		if !ok {
+			lctx, cancel := s.opCtx(ctx)
+			var err error
+			id, err = s.leases.current(lctx, now)
+			if err != nil {
+				// Only a grant reaches etcd: a cached lease says nothing of it.
+				err = s.seen(lctx, err)
+			}
+			cancel()
+			if err != nil {
+				return err
+			}
 		}
-		cancel()
-		if err != nil {
-			return err
-		}
-		err = write(id)
+		err := write(id)
 		if try == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.leases.forget(id)
 			continue
