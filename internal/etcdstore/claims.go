@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,7 +48,10 @@ func (s *Store) ClaimIdempotency(ctx context.Context, key string) (release func(
 
 // LockSession serialises a repair session's submissions across replicas:
 // first among this process's goroutines, then with an etcd lock held under
-// this process's claim lease.
+// this process's claim lease (the layout of concurrency.Mutex: a key per
+// lease under the session's lock prefix, the oldest holding the lock). The
+// request that takes a free lock also reads the session's counters, so
+// the holder's Session and RecordPreflight read nothing more (heldSession).
 func (s *Store) LockSession(ctx context.Context, key string) (unlock func(), err error) {
 	local, err := s.locks.lock(ctx, key)
 	if err != nil {
@@ -58,25 +62,113 @@ func (s *Store) LockSession(ctx context.Context, key string) (unlock func(), err
 		local()
 		return nil, err
 	}
-	m := concurrency.NewMutex(sess, s.p.sessionLock(key))
-	if err := m.Lock(ctx); err != nil {
+	h, err := s.tryLockSession(ctx, sess, key)
+	if err != nil {
 		local()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, s.seen(ctx, err)
+		return nil, err
 	}
+	if h == nil {
+		// Another replica holds it: wait as concurrency.Mutex does, on
+		// the same key.
+		m := concurrency.NewMutex(sess, s.p.sessionLock(key))
+		if err := m.Lock(ctx); err != nil {
+			local()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, s.seen(ctx, err)
+		}
+		h = &heldSession{lockKey: m.Key()}
+	}
+	s.heldMu.Lock()
+	s.held[key] = h
+	s.heldMu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.RequestTimeout)
-			defer cancel()
-			if err := m.Unlock(uctx); err != nil {
-				s.logger.Warn("cannot release repair-session lock; its lease frees it", "err", err)
+			s.heldMu.Lock()
+			delete(s.held, key)
+			released := h.released
+			s.heldMu.Unlock()
+			if !released {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.RequestTimeout)
+				defer cancel()
+				if _, err := s.cli.Delete(uctx, h.lockKey); err != nil {
+					s.logger.Warn("cannot release repair-session lock; its lease frees it", "err", err)
+				}
 			}
 			local()
 		})
 	}, nil
+}
+
+// heldSession is a repair-session lock this process holds, by one of its
+// goroutines at a time (keyLocks), and what its holder learnt under it.
+type heldSession struct {
+	lockKey string
+	// guard is the session's record as read when the lock was taken,
+	// valid (known) until the holder records: no one else writes it while
+	// the lock is held, and the record's compare of its revision catches
+	// a lock lost meanwhile.
+	guard sessionGuard
+	known bool
+	// released: the holder's record deleted the lock key.
+	released bool
+}
+
+// sessionGuard is a session's counters and the revision they were read
+// at (0: no record).
+type sessionGuard struct {
+	sess wal.Session
+	rev  int64
+}
+
+// tryLockSession takes the session's etcd lock when it is free, reading
+// the session's record in the same request; nil when another holds it.
+func (s *Store) tryLockSession(ctx context.Context, sess *concurrency.Session, key string) (*heldSession, error) {
+	pfx := s.p.sessionLock(key) + "/"
+	myKey := fmt.Sprintf("%s%x", pfx, sess.Lease())
+	owner := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
+	read := clientv3.OpGet(s.p.session(key))
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
+		Then(clientv3.OpPut(myKey, "", clientv3.WithLease(sess.Lease())), owner, read).
+		Else(clientv3.OpGet(myKey), owner, read).Commit()
+	if err = s.seen(octx, err); err != nil {
+		return nil, err
+	}
+	if len(resp.Responses) != 3 {
+		return nil, fmt.Errorf("%w: %d answers to a session lock", ErrUnavailable, len(resp.Responses))
+	}
+	myRev := resp.Header.Revision
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return nil, fmt.Errorf("%w: session lock %s vanished", ErrUnavailable, myKey)
+		}
+		myRev = kvs[0].CreateRevision
+	}
+	if o := resp.Responses[1].GetResponseRange().GetKvs(); len(o) > 0 && o[0].CreateRevision != myRev {
+		return nil, nil
+	}
+	h := &heldSession{lockKey: myKey, known: true}
+	if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if h.guard, err = decodeSession(key, kvs[0].Value, kvs[0].ModRevision); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// heldGuard is the session's guard its lock's holder learnt, when known.
+func (s *Store) heldGuard(key string) (sessionGuard, bool) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if h := s.held[key]; h != nil && h.known {
+		return h.guard, true
+	}
+	return sessionGuard{}, false
 }
 
 // keyLocks are per-key locks among this process's goroutines: the etcd

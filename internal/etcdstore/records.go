@@ -110,7 +110,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 		var cmps []clientv3.Cmp
 		var sessVal string
 		if rec.SessionKey != "" || rec.Idempotency != nil {
-			st, err := s.readGuards(ctx, &rec)
+			st, err := s.guardsOf(ctx, &rec, try == 0)
 			if err != nil {
 				return wal.Frame{}, err
 			}
@@ -134,6 +134,9 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.p.idempotency(rec.Idempotency.Key)), "=", st.idemRev))
 			}
 		}
+		// The holder of the session's lock releases it in the same write:
+		// once the record is in, the next submission may read it.
+		lockKey := s.heldLockKey(rec.SessionKey)
 		var ok bool
 		err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
 			l := clientv3.WithLease(lease)
@@ -150,6 +153,9 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 				v, _ := json.Marshal(rec.Idempotency)
 				ops = append(ops, clientv3.OpPut(s.p.idempotency(rec.Idempotency.Key), string(v), l))
 			}
+			if lockKey != "" {
+				ops = append(ops, clientv3.OpDelete(lockKey))
+			}
 			octx, cancel := s.opCtx(ctx)
 			defer cancel()
 			resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
@@ -160,6 +166,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			ok = resp.Succeeded
 			return nil
 		})
+		s.recorded(rec.SessionKey, ok)
 		if err != nil {
 			return wal.Frame{}, err
 		}
@@ -179,6 +186,47 @@ type guards struct {
 	sessRev int64
 	idem    wal.IdempotencyRecord
 	idemRev int64
+}
+
+// guardsOf is readGuards, or, on a first try by the holder of the
+// session's lock with no idempotency record to write, the guard read when
+// the lock was taken.
+func (s *Store) guardsOf(ctx context.Context, rec *wal.PreflightRecord, first bool) (guards, error) {
+	if first && rec.SessionKey != "" && rec.Idempotency == nil {
+		if g, ok := s.heldGuard(rec.SessionKey); ok {
+			return guards{sess: g.sess, sessRev: g.rev}, nil
+		}
+	}
+	return s.readGuards(ctx, rec)
+}
+
+// heldLockKey is the etcd key of the session's lock, when this process
+// holds it and has not released it yet; "" otherwise.
+func (s *Store) heldLockKey(key string) string {
+	if key == "" {
+		return ""
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if h := s.held[key]; h != nil && !h.released {
+		return h.lockKey
+	}
+	return ""
+}
+
+// recorded tells the session's lock that its holder's write was sent:
+// the guard it learnt is stale either way (the write may have committed
+// even on an error), and a write that committed released the lock.
+func (s *Store) recorded(key string, committed bool) {
+	if key == "" {
+		return
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if h := s.held[key]; h != nil {
+		h.known = false
+		h.released = h.released || committed
+	}
 }
 
 // readGuards reads the session counters and the idempotency record in
@@ -201,11 +249,11 @@ func (s *Store) readGuards(ctx context.Context, rec *wal.PreflightRecord) (guard
 	i := 0
 	if rec.SessionKey != "" {
 		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
-			var r sessionRecord
-			if err := json.Unmarshal(kvs[0].Value, &r); err != nil {
-				return g, fmt.Errorf("%w: session %s: %v", wal.ErrCorrupt, rec.SessionKey, err)
+			sg, err := decodeSession(rec.SessionKey, kvs[0].Value, kvs[0].ModRevision)
+			if err != nil {
+				return g, err
 			}
-			g.sess, g.sessRev = wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, kvs[0].ModRevision
+			g.sess, g.sessRev = sg.sess, sg.rev
 		}
 		i++
 	}
@@ -310,7 +358,12 @@ func (s *Store) ChainStatus(ctx context.Context, auditID string) (found, passed 
 }
 
 // Session returns a repair session's counters; the zero Session when none.
+// The holder of the session's lock gets them as read when it took the lock
+// (heldSession), with no request.
 func (s *Store) Session(ctx context.Context, key string) (wal.Session, error) {
+	if g, ok := s.heldGuard(key); ok {
+		return g.sess, nil
+	}
 	v, err := s.get(ctx, s.p.session(key))
 	if errors.Is(err, wal.ErrNotFound) {
 		return wal.Session{}, nil
@@ -318,11 +371,17 @@ func (s *Store) Session(ctx context.Context, key string) (wal.Session, error) {
 	if err != nil {
 		return wal.Session{}, err
 	}
+	g, err := decodeSession(key, v, 0)
+	return g.sess, err
+}
+
+// decodeSession reads a session's record, read at revision rev.
+func decodeSession(key string, v []byte, rev int64) (sessionGuard, error) {
 	var r sessionRecord
 	if err := json.Unmarshal(v, &r); err != nil {
-		return wal.Session{}, fmt.Errorf("%w: session %s: %v", wal.ErrCorrupt, key, err)
+		return sessionGuard{}, fmt.Errorf("%w: session %s: %v", wal.ErrCorrupt, key, err)
 	}
-	return wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, nil
+	return sessionGuard{sess: wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, rev: rev}, nil
 }
 
 // Idempotency returns the record of an idempotency key.

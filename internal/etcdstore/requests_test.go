@@ -84,6 +84,32 @@ func TestRequestsPerCall(t *testing.T) {
 	}
 	b := newB("one")
 	count("preflight", 1, func() error { record(b); return nil })
+	// A preflight of a repair session, as the service makes it: the lock
+	// that takes a free session reads its counters, and the record
+	// releases it.
+	session := func(n string) func() error {
+		return func() error {
+			key := `["user:a","sess-requests","sha256:plan"]`
+			unlock, err := s.LockSession(ctx, key)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			sess, err := s.Session(ctx, key)
+			if err != nil {
+				return err
+			}
+			sb := newB(n)
+			_, err = s.RecordPreflight(ctx, wal.PreflightRecord{Binding: sb, Decision: []byte(`{}`), Time: time.Now(),
+				SessionKey: key, SessionAttempt: sess.Attempts + 1})
+			return err
+		}
+	}
+	count("preflight of a new session, locked", 2, session("sess1"))
+	count("preflight of a counted session, locked", 2, session("sess2"))
+	if sess, err := s.Session(ctx, `["user:a","sess-requests","sha256:plan"]`); err != nil || sess.Attempts != 2 {
+		t.Errorf("session after two locked preflights: %+v, %v; want 2 attempts", sess, err)
+	}
 	consume := func(requestID string, want wal.ConsumeStatus) func() error {
 		return func() error {
 			res, err := s.Consume(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", ArgsDigest: "sha256:one",

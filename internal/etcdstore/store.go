@@ -105,6 +105,11 @@ type Store struct {
 
 	sessMu  sync.Mutex
 	session *concurrency.Session
+
+	// held are the repair-session locks this process holds, by session
+	// key (claims.go, LockSession).
+	heldMu sync.Mutex
+	held   map[string]*heldSession
 }
 
 var _ state.Store = (*Store)(nil)
@@ -135,7 +140,7 @@ func Open(o Options) (*Store, error) {
 	if o.Replica == "" {
 		o.Replica = "replica"
 	}
-	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix)}
+	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{}}
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
