@@ -26,9 +26,17 @@ import (
 // service's own work and nothing of the network or of a client.
 func benchServer(b *testing.B) *server.Server {
 	b.Helper()
+	return benchServerOn(b, nil)
+}
+
+// benchServerOn is benchServer on the etcd endpoints given; on bbolt when
+// there are none.
+func benchServerOn(b *testing.B, endpoints []string) *server.Server {
+	b.Helper()
 	cfg := config.Default()
 	cfg.DataDir = b.TempDir()
 	cfg.ContractRefine.Mode = "enforce"
+	cfg.Store.Etcd.Endpoints = endpoints
 	s, err := server.New(context.Background(), cfg, server.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -139,16 +147,7 @@ func benchEtcdServer(b *testing.B) *server.Server {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	cfg := config.Default()
-	cfg.DataDir = b.TempDir()
-	cfg.ContractRefine.Mode = "enforce"
-	cfg.Store.Etcd.Endpoints = c.Endpoints()
-	s, err := server.New(context.Background(), cfg, server.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	return s
+	return benchServerOn(b, c.Endpoints())
 }
 
 // BenchmarkServiceEtcd is BenchmarkServicePreflight and the consume of
