@@ -161,8 +161,10 @@ type Gate struct {
 // The cache holds up to Options.CacheSize of these, so the fields are kept
 // small: BenchmarkCacheFootprint measures one.
 type entry struct {
-	b     preflight.Binding
-	until int64
+	// packed is the binding packed (wal.PackBinding): its fields in one
+	// string, read out into each call's memory (entry.binding).
+	packed string
+	until  int64
 	// spent has one element per step, nil until a step is known consumed.
 	// It is replaced, never changed in place (spent.go).
 	spent atomic.Pointer[[]spentStep]
@@ -397,7 +399,11 @@ type call struct {
 	requestID string
 	headerID  string
 	hasHeader bool
+	// bound is the cache entry of the binding the header names, and b
+	// that binding, read out of it (entry.binding) into step's memory.
 	bound     *entry
+	b         preflight.Binding
+	step      [1]preflight.BoundStep
 	policy    Policy // the bundle this call is decided under, for its revision
 	revision  string // policy's revision once a frame records it (frame)
 	contract  string // first contract failure reason
@@ -538,7 +544,7 @@ func (g *Gate) checkContracts(ctx context.Context, c *call, pol Policy, now time
 // id was tried.
 func (c *call) presentedID() string {
 	if c.bound != nil {
-		return c.bound.b.PreflightID
+		return c.b.PreflightID
 	}
 	if c.hasHeader && idShape.MatchString(c.headerID) {
 		return c.headerID
@@ -582,7 +588,7 @@ func (g *Gate) unreadable(ctx context.Context, c *call, d Decision, now time.Tim
 	g.o.Logger.ErrorContext(ctx, "gate cannot read bindings; denying", "err", c.errDetail)
 	d.AuditID = g.auditID(c)
 	if c.bound != nil {
-		d.PreflightID = c.bound.b.PreflightID
+		d.PreflightID = c.b.PreflightID
 	}
 	// A failed read (a corrupt record) need not mean failed writes: the
 	// refusal is recorded when the log still takes it.
@@ -637,7 +643,7 @@ func (g *Gate) identity(r *Request) string {
 
 func (g *Gate) auditID(c *call) string {
 	if c.bound != nil {
-		return c.bound.b.AuditID
+		return c.b.AuditID
 	}
 	if g.o.NewID != nil {
 		return g.o.NewID()

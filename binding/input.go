@@ -98,7 +98,7 @@ func (g *Gate) inputValue(ctx context.Context, pol valuePolicy, c *call) (ast.Va
 // decisionValue is c's preflight decision as an OPA value, from the small
 // decision cache or converted from its recorded JSON.
 func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
-	id := c.bound.b.PreflightID
+	id := c.b.PreflightID
 	now := g.o.Now().UnixNano()
 	if tv, ok := g.decisions.Get(id); ok && now < tv.until {
 		return tv.v, nil
@@ -118,7 +118,7 @@ func (g *Gate) decisionValue(ctx context.Context, c *call) (ast.Value, error) {
 // decisionDoc is c's preflight decision decoded into Go values, as the
 // store recorded it.
 func (g *Gate) decisionDoc(ctx context.Context, c *call) (any, error) {
-	raw, err := g.o.Store.Decision(ctx, c.bound.b.PreflightID)
+	raw, err := g.o.Store.Decision(ctx, c.b.PreflightID)
 	if err != nil {
 		return nil, err
 	}

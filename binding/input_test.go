@@ -70,7 +70,7 @@ func TestPreflightDecisionReachesThePolicy(t *testing.T) {
 					t.Fatalf("call %d (%s): %+v", i, step, got)
 				}
 			}
-			if e, ok := g.cache.Peek(pid); !ok || e.b.PreflightID != pid {
+			if e, ok := g.cache.Peek(pid); !ok || e.id() != pid {
 				t.Fatalf("cache entry %+v, %v: want the binding", e, ok)
 			}
 		})

@@ -36,8 +36,12 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		c.status, c.errDetail = http.StatusServiceUnavailable, err
 		return
 	}
+	if err := e.binding(&c.b, c.step[:0]); err != nil {
+		c.status, c.errDetail = http.StatusServiceUnavailable, err
+		return
+	}
 	c.bound = e
-	b := &e.b
+	b := &c.b
 	if !b.Admits(c.kind) || (c.identity != "" && c.identity != b.ActorID) {
 		c.contract = preflight.ReasonBindingMismatch
 		return
@@ -104,7 +108,7 @@ func (g *Gate) peekStore(ctx context.Context, c *call, r *wal.ConsumeRequest) {
 		return
 	}
 	// A peek's Consumed is a free step: only the markers it read are spent.
-	c.bound.markAll(res.Spent)
+	c.bound.markAll(len(c.b.Steps), res.Spent)
 	c.contract = c.planContract(res.Status)
 }
 
@@ -126,7 +130,7 @@ func (g *Gate) settle(ctx context.Context, c *call) {
 // states are read from the store: an approval given on another replica
 // counts at once.
 func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest) (string, error) {
-	steps := c.bound.b.Steps
+	steps := c.b.Steps
 	free, pending := false, false
 	for i := range steps {
 		s := &steps[i]
@@ -137,7 +141,7 @@ func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest)
 			free = true
 			continue
 		}
-		a, err := g.o.Store.Approval(ctx, c.bound.b.PreflightID, s.ID)
+		a, err := g.o.Store.Approval(ctx, c.b.PreflightID, s.ID)
 		if errors.Is(err, wal.ErrNotFound) {
 			// The binding says the step waits for one: a missing record
 			// (removed with an expired binding) gives nothing.
@@ -218,39 +222,44 @@ func (g *Gate) lookup(ctx context.Context, id string, now time.Time) (*entry, er
 	if err != nil {
 		return nil, err
 	}
-	e := g.remember(b, now)
+	e := g.remember(&b, now)
 	if stale != nil {
-		e.inherit(stale)
+		e.inherit(stale, len(b.Steps))
 	}
 	return e, nil
 }
 
 // remember caches binding b, read or recorded at now, until the TTL
 // ceiling or its expiry, whichever is first.
-func (g *Gate) remember(b preflight.Binding, now time.Time) *entry {
+func (g *Gate) remember(b *preflight.Binding, now time.Time) *entry {
 	until := now.Add(g.o.CacheTTL)
 	if b.ExpiresAt.Before(until) {
 		until = b.ExpiresAt
 	}
-	e := &entry{b: b, until: until.UnixNano()}
+	e := &entry{packed: wal.PackBinding(b), until: until.UnixNano()}
 	if now.Before(until) {
-		g.cache.Add(b.PreflightID, e)
+		g.cache.Add(e.id(), e) // the key is the entry's own id: the request's string is not kept
 	}
 	return e
+}
+
+// id is the preflight id of e's binding, a substring of e.packed.
+func (e *entry) id() string { return wal.PackedID(e.packed) }
+
+// binding fills b with e's binding, its steps in steps' memory when they
+// fit: the values a read of the store returns.
+func (e *entry) binding(b *preflight.Binding, steps []preflight.BoundStep) error {
+	return wal.UnpackBinding(e.packed, b, steps)
 }
 
 // Recorded caches binding b, which the caller has just recorded durably in
 // the gate's store, so the first Check of its id needs no read of the store
 // (on a WAL, the read of the preflight frame and its comparison with the
-// record: half of a consuming Check's CPU). The cache keeps the form a read
-// of the compact record returns (wal.CompactBinding); a binding that cannot
-// take that form is left to be read on the first Check.
+// record: half of a consuming Check's CPU). The cache keeps it packed, as
+// a read of the compact record would: a hit sees what a miss would read,
+// and the entry holds no part of the request it was derived from.
 func (g *Gate) Recorded(b *preflight.Binding) {
-	c, err := wal.CompactBinding(b)
-	if err != nil {
-		return
-	}
-	g.remember(c, g.o.Now())
+	g.remember(b, g.o.Now())
 }
 
 func (g *Gate) observeCache(hit bool) {
@@ -263,7 +272,7 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 	// The ladder refused args without a digest; computing it here also
 	// keeps it out of the WAL's commit loop, where the frame is built.
 	digest, _ := c.argsDigest()
-	return wal.ConsumeRequest{Binding: &c.bound.b, Kind: c.kind, ArgsDigest: c.digest,
+	return wal.ConsumeRequest{Binding: &c.b, Kind: c.kind, ArgsDigest: c.digest,
 		RequestID: c.requestID, CallDigest: digest, Time: now, Held: c.held}
 }
 
@@ -335,7 +344,7 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 	}
 	res, err := g.o.Store.Consume(ctx, r)
 	if err == nil {
-		c.bound.learn(res, c.requestID)
+		c.bound.learn(res, c.requestID, len(c.b.Steps))
 	}
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)

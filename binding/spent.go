@@ -8,36 +8,37 @@ type spentStep struct {
 	requestID string // the x-request-id that consumed the step
 }
 
-// markSpent records that step i of e is consumed by requestID. It is called
-// only after the store's commit of the marker returned, or with a marker
-// the store read, so the entry never knows a step as consumed before the
-// store does. Markers are never taken
-// back while a binding can still be used (compaction removes them only
-// after the binding expired), so what an entry knows stays true.
-func (e *entry) markSpent(i int, requestID string) {
-	e.markAll([]wal.SpentStep{{Index: i, RequestID: requestID}})
+// markSpent records that step i of e, of n steps, is consumed by
+// requestID. It is called only after the store's commit of the marker
+// returned, or with a marker the store read, so the entry never knows a
+// step as consumed before the store does. Markers are never taken back
+// while a binding can still be used (compaction removes them only after
+// the binding expired), so what an entry knows stays true.
+func (e *entry) markSpent(n, i int, requestID string) {
+	e.markAll(n, []wal.SpentStep{{Index: i, RequestID: requestID}})
 }
 
 // learn records what a store's answer res, to a call with requestID, says
-// is spent: the step it consumed or repeated, or on a replay the markers
-// the store read.
-func (e *entry) learn(res wal.ConsumeResult, requestID string) {
+// is spent of e's n steps: the step it consumed or repeated, or on a
+// replay the markers the store read.
+func (e *entry) learn(res wal.ConsumeResult, requestID string, n int) {
 	switch res.Status {
 	case wal.Consumed, wal.Repeated:
-		e.markSpent(res.StepIndex, requestID)
+		e.markSpent(n, res.StepIndex, requestID)
 	case wal.Replay:
-		e.markAll(res.Spent)
+		e.markAll(n, res.Spent)
 	}
 }
 
-// markAll records every step of steps spent, by its request id.
-func (e *entry) markAll(steps []wal.SpentStep) {
+// markAll records every step of steps spent, by its request id; e's
+// binding has n steps.
+func (e *entry) markAll(n int, steps []wal.SpentStep) {
 	if len(steps) == 0 {
 		return
 	}
 	for {
 		old := e.spent.Load()
-		spent := make([]spentStep, len(e.b.Steps))
+		spent := make([]spentStep, n)
 		if old != nil {
 			copy(spent, *old)
 		}
@@ -52,12 +53,12 @@ func (e *entry) markAll(steps []wal.SpentStep) {
 	}
 }
 
-// inherit gives e what old, an earlier entry of the same binding, knew
-// spent. e is new and not yet shared with another call, or already knows
-// the same: knowledge of a marker only ever grows.
-func (e *entry) inherit(old *entry) {
+// inherit gives e what old, an earlier entry of the same binding (of n
+// steps), knew spent. e is new and not yet shared with another call, or
+// already knows the same: knowledge of a marker only ever grows.
+func (e *entry) inherit(old *entry, n int) {
 	p := old.spent.Load()
-	if p == nil || len(*p) != len(e.b.Steps) || old.b.PreflightID != e.b.PreflightID {
+	if p == nil || len(*p) != n || old.id() != e.id() {
 		return
 	}
 	e.spent.CompareAndSwap(nil, p)
@@ -75,8 +76,9 @@ func (e *entry) knownPlan(r *wal.ConsumeRequest) (status wal.ConsumeStatus, ok b
 		spent = *p
 	}
 	matched := false
-	for i := range e.b.Steps {
-		if !r.Admits(i, &e.b.Steps[i]) {
+	steps := r.Binding.Steps // e's binding
+	for i := range steps {
+		if !r.Admits(i, &steps[i]) {
 			continue
 		}
 		matched = true

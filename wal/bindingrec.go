@@ -30,13 +30,23 @@ var errBindingRecord = errors.New("malformed binding record")
 // autonomy.preflight frame has seq: everything the gate reads, so a cache
 // miss neither reads nor inflates the frame.
 func encodeBindingRecord(seq uint64, b *preflight.Binding) []byte {
-	n := 8 + 1 + 4*binary.MaxVarintLen64 + len(b.AuditID) + len(b.Outcome) + len(b.ActorID) + len(b.Tenant) +
+	v := make([]byte, 8, 8+recordSize(b))
+	binary.BigEndian.PutUint64(v, seq)
+	return appendBindingRecord(v, b)
+}
+
+// recordSize is at least the size of b's compact record.
+func recordSize(b *preflight.Binding) int {
+	n := 1 + 4*binary.MaxVarintLen64 + len(b.AuditID) + len(b.Outcome) + len(b.ActorID) + len(b.Tenant) +
 		3*binary.MaxVarintLen64
 	for _, s := range b.Steps {
 		n += 3*binary.MaxVarintLen64 + 1 + len(s.ID) + len(s.Kind) + len(s.ArgsDigest)
 	}
-	v := make([]byte, 8, n)
-	binary.BigEndian.PutUint64(v, seq)
+	return n
+}
+
+// appendBindingRecord appends b's compact record (format in doc.go).
+func appendBindingRecord(v []byte, b *preflight.Binding) []byte {
 	v = append(v, bindingRecordV1)
 	v = appendString(v, b.AuditID)
 	v = appendString(v, string(b.Outcome))
@@ -102,13 +112,13 @@ func readApprovals(r *recReader, steps []preflight.BoundStep) {
 			return
 		}
 		n := r.uvarint()
-		if n > uint64(len(r.b)) {
+		if n > uint64(len(r.s)) {
 			r.bad = true
 			return
 		}
 		a := &preflight.StepApproval{Authorities: make([]string, 0, n)}
 		for j := uint64(0); j < n && !r.bad; j++ {
-			a.Authorities = append(a.Authorities, string(r.bytes(r.uvarint())))
+			a.Authorities = append(a.Authorities, r.str())
 		}
 		sec := r.varint()
 		nsec := r.uvarint()
@@ -159,135 +169,164 @@ func indexSeq(v []byte) (uint64, bool) {
 }
 
 // CompactBinding returns b as a read of its compact record returns it: the
-// same values, its strings sharing one allocation. The gate caches a
-// binding it is handed at record time in this form, so a cache hit sees
-// what a miss would read and the entry holds no part of the request it
-// was derived from.
+// same values, its strings copied out of b.
 func CompactBinding(b *preflight.Binding) (preflight.Binding, error) {
 	return decodeBindingRecord(b.PreflightID, encodeBindingRecord(0, b)[8:])
 }
 
+// PackBinding returns b's preflight id and compact record in one string:
+// the form the gate's binding cache keeps a binding in, one allocation
+// instead of a preflight.Binding, its steps and its text. UnpackBinding
+// reads it.
+func PackBinding(b *preflight.Binding) string {
+	v := appendString(make([]byte, 0, binary.MaxVarintLen64+len(b.PreflightID)+recordSize(b)), b.PreflightID)
+	return string(appendBindingRecord(v, b))
+}
+
+// PackedID is the preflight id of p (PackBinding), a substring of it.
+func PackedID(p string) string {
+	r := recReader{s: p}
+	return r.str()
+}
+
+// UnpackBinding fills b with the binding packed in p (PackBinding): the
+// values a read of its record returns, the strings substrings of p but for
+// the sha256 args digests (one new string each). The steps go in steps'
+// memory when they fit, else in a new slice.
+func UnpackBinding(p string, b *preflight.Binding, steps []preflight.BoundStep) error {
+	r := recReader{s: p}
+	id := r.str()
+	return r.binding(id, b, steps)
+}
+
 // decodeBindingRecord reads a compact record (v without its 8-byte seq).
-// The binding's strings are substrings of one string: a cached binding is
-// then one allocation for its text instead of one per field, and a cache
-// miss allocates less.
+// The binding's strings are substrings of one copy of v, but for the sha256
+// args digests.
 func decodeBindingRecord(id string, v []byte) (preflight.Binding, error) {
-	// The strings are gathered in text (on the stack while they fit) and
-	// copied out of bbolt's bytes, valid only inside the transaction, at
-	// once; ends has where each one ends.
-	var textBuf [256]byte
-	var endsBuf [16]int
-	text, ends := textBuf[:0], endsBuf[:0]
-	r := recReader{b: v}
-	str := func() {
-		text = append(text, r.bytes(r.uvarint())...)
-		ends = append(ends, len(text))
-	}
+	var b preflight.Binding
+	r := recReader{s: string(v)} // bbolt's bytes are valid only inside the transaction
+	err := r.binding(id, &b, nil)
+	return b, err
+}
+
+// binding reads the record of the binding with id into b; its steps go in
+// steps' memory when they fit, else in a new slice.
+func (r *recReader) binding(id string, b *preflight.Binding, steps []preflight.BoundStep) error {
 	if r.byte() != bindingRecordV1 {
-		return preflight.Binding{}, errBindingRecord
+		return errBindingRecord
 	}
-	str() // audit id
-	str() // outcome
-	str() // actor id
-	str() // tenant
+	*b = preflight.Binding{PreflightID: id, AuditID: r.str(), Outcome: preflight.Outcome(r.str()),
+		ActorID: r.str(), Tenant: r.str()}
 	sec := r.varint()
 	nsec := r.uvarint()
-	if nsec >= uint64(time.Second) {
-		r.bad = true
-	}
 	n := r.uvarint()
-	if n > uint64(len(r.b)) { // every step takes at least one byte
+	if nsec >= uint64(time.Second) || n > uint64(len(r.s)) { // every step takes at least one byte
 		r.bad = true
-	}
-	for i := uint64(0); i < n && !r.bad; i++ {
-		str() // step id
-		str() // kind
-		switch r.byte() {
-		case digestSHA256:
-			text = hex.AppendEncode(append(text, sha256Prefix...), r.bytes(32))
-			ends = append(ends, len(text))
-		case digestText:
-			str()
-		default:
-			r.bad = true
-		}
 	}
 	if r.bad {
-		return preflight.Binding{}, errBindingRecord
+		*b = preflight.Binding{}
+		return errBindingRecord
 	}
-	// The approvals section, when there is one, is read once the steps are.
-	rest := r
-	r.b = nil
-	all, at := string(text), 0
-	next := func() string {
-		start := at
-		at, ends = ends[0], ends[1:]
-		return all[start:at]
+	if n > uint64(cap(steps)) || steps == nil {
+		steps = make([]preflight.BoundStep, n)
 	}
-	b := preflight.Binding{PreflightID: id, AuditID: next(), Outcome: preflight.Outcome(next()),
-		ActorID: next(), Tenant: next(), ExpiresAt: time.Unix(sec, int64(nsec)).UTC(),
-		Steps: make([]preflight.BoundStep, n)}
-	for i := range b.Steps {
-		b.Steps[i] = preflight.BoundStep{ID: next(), Kind: next(), ArgsDigest: next()}
+	steps = steps[:n]
+	for i := range steps {
+		steps[i] = preflight.BoundStep{ID: r.str(), Kind: r.str(), ArgsDigest: r.digest()}
 	}
-	if len(rest.b) > 0 {
-		readApprovals(&rest, b.Steps)
-		if rest.bad || len(rest.b) != 0 {
-			return preflight.Binding{}, errBindingRecord
-		}
+	// The approvals section, when there is one, follows the steps.
+	if !r.bad && r.s != "" {
+		readApprovals(r, steps)
 	}
-	return b, nil
+	if r.bad || r.s != "" {
+		*b = preflight.Binding{}
+		return errBindingRecord
+	}
+	b.ExpiresAt, b.Steps = time.Unix(sec, int64(nsec)).UTC(), steps
+	return nil
 }
 
 // recReader reads a compact record; the first short or malformed field
 // sets bad, after which every read returns zero values.
 type recReader struct {
-	b   []byte
+	s   string
 	bad bool
 }
 
 func (r *recReader) byte() byte {
-	if r.bad || len(r.b) < 1 {
+	if r.bad || len(r.s) < 1 {
 		r.bad = true
 		return 0
 	}
-	c := r.b[0]
-	r.b = r.b[1:]
+	c := r.s[0]
+	r.s = r.s[1:]
 	return c
 }
 
+// uvarint reads what binary.AppendUvarint wrote, as binary.Uvarint does.
 func (r *recReader) uvarint() uint64 {
-	if r.bad {
-		return 0
+	var x uint64
+	for i := 0; !r.bad; i++ {
+		if i == binary.MaxVarintLen64 || i >= len(r.s) {
+			break
+		}
+		c := r.s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				break // overflow
+			}
+			r.s = r.s[i+1:]
+			return x | uint64(c)<<(7*i)
+		}
+		x |= uint64(c&0x7f) << (7 * i)
 	}
-	x, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.bad = true
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
+	r.bad = true
+	return 0
 }
 
+// varint reads what binary.AppendVarint wrote.
 func (r *recReader) varint() int64 {
-	if r.bad {
-		return 0
+	ux := r.uvarint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	x, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.bad = true
-		return 0
-	}
-	r.b = r.b[n:]
 	return x
 }
 
-func (r *recReader) bytes(n uint64) []byte {
-	if r.bad || uint64(len(r.b)) < n {
+// str reads a string: its length and bytes.
+func (r *recReader) str() string {
+	return r.bytes(r.uvarint())
+}
+
+func (r *recReader) bytes(n uint64) string {
+	if r.bad || uint64(len(r.s)) < n {
 		r.bad = true
-		return nil
+		return ""
 	}
-	p := r.b[:n]
-	r.b = r.b[n:]
+	p := r.s[:n]
+	r.s = r.s[n:]
 	return p
+}
+
+// digest reads a step's args digest (appendDigest).
+func (r *recReader) digest() string {
+	switch r.byte() {
+	case digestSHA256:
+		raw := r.bytes(32)
+		if r.bad {
+			return ""
+		}
+		const hexDigits = "0123456789abcdef"
+		var t [len(sha256Prefix) + 64]byte
+		n := copy(t[:], sha256Prefix)
+		for i := 0; i < len(raw); i++ {
+			t[n+2*i], t[n+2*i+1] = hexDigits[raw[i]>>4], hexDigits[raw[i]&15]
+		}
+		return string(t[:])
+	case digestText:
+		return r.str()
+	}
+	r.bad = true
+	return ""
 }

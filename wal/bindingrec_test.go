@@ -109,6 +109,16 @@ func TestBindingRecordMatchesFrame(t *testing.T) {
 			if c, err := CompactBinding(&b); err != nil || !reflect.DeepEqual(c, got) {
 				t.Fatalf("compact %#v, %v\nread    %#v", c, err, got)
 			}
+			// What it keeps packed reads back as the same, in a call's
+			// one-step buffer or not.
+			p := PackBinding(&b)
+			var one [1]preflight.BoundStep
+			for _, steps := range [][]preflight.BoundStep{nil, one[:0]} {
+				var u preflight.Binding
+				if err := UnpackBinding(p, &u, steps); err != nil || !reflect.DeepEqual(u, got) || PackedID(p) != b.PreflightID {
+					t.Fatalf("unpacked %#v, %v\nread     %#v", u, err, got)
+				}
+			}
 		})
 	}
 }
