@@ -130,30 +130,33 @@ func (s *Store) tryLockSession(ctx context.Context, sess *concurrency.Session, k
 	myKey := fmt.Sprintf("%s%x", pfx, sess.Lease())
 	owner := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
 	read := clientv3.OpGet(s.p.session(key))
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)).
-		Then(clientv3.OpPut(myKey, "", clientv3.WithLease(sess.Lease())), owner, read).
-		Else(clientv3.OpGet(myKey), owner, read).Commit()
-	if err = s.seen(octx, err); err != nil {
+	// Through the writes' batcher: the locks of concurrent submissions
+	// share transactions with each other and with their records.
+	w := newCondWrite([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(myKey), "=", 0)},
+		func(clientv3.OpOption) []clientv3.Op {
+			return []clientv3.Op{clientv3.OpPut(myKey, "", clientv3.WithLease(sess.Lease())), owner, read}
+		},
+		clientv3.OpGet(myKey), owner, read)
+	if _, err := s.write(ctx, w); err != nil {
 		return nil, err
 	}
-	if len(resp.Responses) != 3 {
-		return nil, fmt.Errorf("%w: %d answers to a session lock", ErrUnavailable, len(resp.Responses))
+	if len(w.resps) != 3 {
+		return nil, fmt.Errorf("%w: %d answers to a session lock", ErrUnavailable, len(w.resps))
 	}
-	myRev := resp.Header.Revision
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	myRev := w.rev
+	if !w.ok {
+		kvs := w.resps[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
 			return nil, fmt.Errorf("%w: session lock %s vanished", ErrUnavailable, myKey)
 		}
 		myRev = kvs[0].CreateRevision
 	}
-	if o := resp.Responses[1].GetResponseRange().GetKvs(); len(o) > 0 && o[0].CreateRevision != myRev {
+	if o := w.resps[1].GetResponseRange().GetKvs(); len(o) > 0 && o[0].CreateRevision != myRev {
 		return nil, nil
 	}
 	h := &heldSession{lockKey: myKey, known: true}
-	if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+	if kvs := w.resps[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		var err error
 		if h.guard, err = decodeSession(key, kvs[0].Value, kvs[0].ModRevision); err != nil {
 			return nil, err
 		}

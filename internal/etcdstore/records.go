@@ -106,6 +106,14 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 	if err != nil {
 		return wal.Frame{}, err
 	}
+	// The values are encoded once; only the guards are read again on a
+	// retry.
+	bindingValue, frameValue := string(encodeBinding(&rec, s.o.Replica)), string(wal.EncodeFrame(&frame))
+	var idemValue string
+	if rec.Idempotency != nil {
+		v, _ := json.Marshal(rec.Idempotency)
+		idemValue = string(v)
+	}
 	for try := 0; try < 8; try++ {
 		var cmps []clientv3.Cmp
 		var sessVal string
@@ -137,35 +145,24 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 		// The holder of the session's lock releases it in the same write:
 		// once the record is in, the next submission may read it.
 		lockKey := s.heldLockKey(rec.SessionKey)
-		var ok bool
-		err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
-			l := clientv3.WithLease(lease)
+		ok, err := s.write(ctx, newCondWrite(cmps, func(l clientv3.OpOption) []clientv3.Op {
 			ops := []clientv3.Op{
-				clientv3.OpPut(s.p.binding(b.PreflightID), string(encodeBinding(&rec, s.o.Replica)), l),
+				clientv3.OpPut(s.p.binding(b.PreflightID), bindingValue, l),
 				clientv3.OpPut(s.p.audit(b.AuditID), string(b.Outcome), l),
-				clientv3.OpPut(s.p.frame(frame.AuditID, s.o.Replica, frame.Seq), string(wal.EncodeFrame(&frame)), l),
+				clientv3.OpPut(s.p.frame(frame.AuditID, s.o.Replica, frame.Seq), frameValue, l),
 			}
 			if rec.SessionKey != "" {
 				ops = append(ops, clientv3.OpPut(s.p.session(rec.SessionKey), sessVal, l))
 			}
 			ops = append(ops, s.pendingApprovalOps(&rec, l)...)
 			if rec.Idempotency != nil {
-				v, _ := json.Marshal(rec.Idempotency)
-				ops = append(ops, clientv3.OpPut(s.p.idempotency(rec.Idempotency.Key), string(v), l))
+				ops = append(ops, clientv3.OpPut(s.p.idempotency(rec.Idempotency.Key), idemValue, l))
 			}
 			if lockKey != "" {
 				ops = append(ops, clientv3.OpDelete(lockKey))
 			}
-			octx, cancel := s.opCtx(ctx)
-			defer cancel()
-			resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
-			if err != nil {
-				return s.seen(octx, err)
-			}
-			s.seen(octx, nil)
-			ok = resp.Succeeded
-			return nil
-		})
+			return ops
+		}))
 		s.recorded(rec.SessionKey, ok)
 		if err != nil {
 			return wal.Frame{}, err

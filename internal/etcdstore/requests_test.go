@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -275,5 +276,63 @@ func TestConcurrentPeeksShareReads(t *testing.T) {
 		t.Errorf("%d concurrent peeks sent %d reads, want fewer (shared)", calls, n)
 	} else {
 		t.Logf("%d concurrent peeks: %d reads", calls, n)
+	}
+}
+
+// TestConcurrentPreflightsShareTransactions: the records of concurrent
+// preflights go to etcd in shared transactions, each decided on its own:
+// every session is counted once, and a preflight whose session moved since
+// its guard was read is refused without failing the others.
+func TestConcurrentPreflightsShareTransactions(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	warm := preflight.Binding{PreflightID: "pf_records_warm", AuditID: "au_records_warm", Outcome: preflight.OutcomePass,
+		ActorID: "user:a", ExpiresAt: time.Now().Add(time.Hour), Steps: []preflight.BoundStep{{ID: "s1", Kind: "refund.create"}}}
+	if _, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: warm, Decision: []byte(`{}`), Time: time.Now()}); err != nil {
+		t.Fatal(err) // grants the bucket's lease
+	}
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	const calls = 64
+	errs := make(chan error, calls)
+	start := make(chan struct{})
+	for i := range calls {
+		go func() {
+			<-start
+			b := warm
+			b.PreflightID, b.AuditID = fmt.Sprintf("pf_records_%02d", i), fmt.Sprintf("au_records_%02d", i)
+			// Every other call records the same session, unlocked: one of
+			// them at a time may count it.
+			key := fmt.Sprintf("sess-records-%02d", i)
+			if i%2 == 1 {
+				key = "sess-records-shared"
+			}
+			_, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: []byte(`{}`), Time: time.Now(),
+				SessionKey: key, SessionAttempt: 1})
+			if i%2 == 1 && errors.Is(err, wal.ErrConflict) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := kv.n.Load(); n >= 2*calls {
+		t.Errorf("%d concurrent preflights sent %d etcd requests, want fewer than two each (shared)", calls, n)
+	} else {
+		t.Logf("%d concurrent preflights: %d etcd requests", calls, n)
+	}
+	for i := 0; i < calls; i += 2 {
+		if sess, err := s.Session(ctx, fmt.Sprintf("sess-records-%02d", i)); err != nil || sess.Attempts != 1 {
+			t.Errorf("session %d: %+v, %v; want 1 attempt", i, sess, err)
+		}
+	}
+	if sess, err := s.Session(ctx, "sess-records-shared"); err != nil || sess.Attempts != 1 {
+		t.Errorf("shared session: %+v, %v; want 1 attempt", sess, err)
 	}
 }

@@ -91,6 +91,9 @@ type Store struct {
 	copies   *batcher[*copyRequest]
 	consumes *batcher[*attempt]
 	peeks    *batcher[*peekRequest]
+	// writes batches the conditional writes of concurrent calls: the
+	// preflights' records (writes.go).
+	writes *batcher[*condWrite]
 	// lost are the copies of failed local commits, which the dropper
 	// deletes when dropWake tells it (settle.go).
 	dropMu   sync.Mutex
@@ -167,6 +170,7 @@ func Open(o Options) (*Store, error) {
 	go s.dropper()
 	s.consumes = s.startConsumer()
 	s.peeks = s.startPeeker()
+	s.writes = s.startWriter()
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
 	s.healthy.Store(true)
 	if !o.Inspect {
