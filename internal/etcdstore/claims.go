@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -13,37 +14,88 @@ import (
 
 // ClaimIdempotency takes an idempotency key for every replica: a key
 // created under this process's claim lease, so a holder that dies frees
-// it within that lease's TTL.
+// it within that lease's TTL. The request that takes it also reads the
+// key's record, so the holder's Idempotency and RecordPreflight read
+// nothing more, and the holder's record releases the claim in its own
+// transaction (heldClaim).
 func (s *Store) ClaimIdempotency(ctx context.Context, key string) (release func(), err error) {
 	sess, err := s.concSession(ctx)
 	if err != nil {
 		return nil, err
 	}
 	k := s.p.claim(key)
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, s.o.Replica, clientv3.WithLease(sess.Lease()))).Commit()
-	if err = s.seen(octx, err); err != nil {
+	w := newCondWrite([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+		func(clientv3.OpOption) []clientv3.Op {
+			return []clientv3.Op{clientv3.OpPut(k, s.o.Replica, clientv3.WithLease(sess.Lease())), clientv3.OpGet(s.p.idempotency(key))}
+		})
+	ok, err := s.write(ctx, w)
+	if err != nil {
 		return nil, err
 	}
-	if !resp.Succeeded {
+	if !ok {
 		return nil, wal.ErrInProgress
 	}
-	rev := resp.Header.Revision
+	if len(w.resps) != 2 {
+		return nil, fmt.Errorf("%w: %d answers to an idempotency claim", ErrUnavailable, len(w.resps))
+	}
+	h := &heldClaim{claimKey: k, rev: w.rev, known: true}
+	if kvs := w.resps[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if err := json.Unmarshal(kvs[0].Value, &h.rec); err != nil {
+			h.known = false // Idempotency reads it again and reports it
+		}
+		h.rec.Key, h.found, h.recRev = key, true, kvs[0].ModRevision
+	}
+	s.heldMu.Lock()
+	s.claims[key] = h
+	s.heldMu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			s.heldMu.Lock()
+			delete(s.claims, key)
+			released := h.released
+			s.heldMu.Unlock()
+			if released {
+				return
+			}
 			// Only this claim is removed, never a later one of the key.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.RequestTimeout)
 			defer cancel()
-			_, err := s.cli.Txn(dctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).
+			_, err := s.cli.Txn(dctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", h.rev)).
 				Then(clientv3.OpDelete(k)).Commit()
 			if err != nil {
 				s.logger.Warn("cannot release idempotency claim; its lease frees it", "err", err)
 			}
 		})
 	}, nil
+}
+
+// heldClaim is an idempotency claim this process holds (one call at a
+// time: a held key cannot be claimed again), and what its holder learnt.
+type heldClaim struct {
+	claimKey string
+	rev      int64 // the claim's create revision
+	// rec, found and recRev are the key's record as read when the claim
+	// was taken (recRev 0: none), valid (known) until the holder records:
+	// a record is only written under a claim, and the record's compare
+	// of its revision catches a claim lost meanwhile.
+	rec    wal.IdempotencyRecord
+	found  bool
+	recRev int64
+	known  bool
+	// released: the holder's record deleted the claim.
+	released bool
+}
+
+// heldRecord is the idempotency record the claim's holder learnt, when
+// known.
+func (s *Store) heldRecord(key string) (rec wal.IdempotencyRecord, found bool, rev int64, known bool) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if h := s.claims[key]; h != nil && h.known {
+		return h.rec, h.found, h.recRev, true
+	}
+	return wal.IdempotencyRecord{}, false, 0, false
 }
 
 // LockSession serialises a repair session's submissions across replicas:

@@ -49,8 +49,11 @@
 // call), its failure gives them its reads. At most 126 sub-transactions
 // and 1 MiB go in one: etcd allows a nested transaction --max-txn-ops (128
 // by default) less its parent's operations, and each has two. An etcd error fails every attempt of
-// the transaction (503); it is sent under the store's context, so one
-// caller's deadline ends that caller's wait, not the others' attempts.
+// the transaction (503). A consume whose batcher has a sender free sends
+// the batch from its own goroutine (a lone consume wakes no other
+// goroutine); a batch of more than its own attempt is sent under the
+// store's context, so one caller's deadline ends that caller's wait, not
+// the others' attempts.
 // A peek (what a consume would do, without writing) reads the binding's
 // key and markers; concurrent peeks read side by side in one read-only
 // transaction, which etcd serves without a raft entry.
@@ -126,4 +129,22 @@
 // replica still runs; etcd holds at most about 25 leases per replica.
 // Claims and session locks use one lease per process, kept alive while it
 // runs (10 s), so a holder's death frees them within seconds.
+//
+// # Preflights
+//
+// A preflight's record (binding, outcome, frame copy, session counters,
+// idempotency record, pending approvals) is one transaction conditioned on
+// the revisions of the session's and the idempotency key's records as
+// read. A repair session's lock has concurrency.Mutex's layout (a key per
+// process lease under the session's lock prefix, the oldest key holding
+// it); the request that takes a free lock also reads the session's
+// record, so its holder reads nothing more, and the holder's record
+// deletes the lock key in its own transaction, so the unlock sends
+// nothing after a record that committed: two requests for a preflight in
+// a repair session. An idempotency claim likewise reads the key's record
+// as it is taken, and the record deletes the claim (if it is still this
+// one) in a nested transaction of its own. A lock another replica holds is waited for as
+// concurrency.Mutex waits. Records and lock requests of concurrent calls
+// share transactions (writes.go: one sub-transaction each, with its own
+// comparisons; writes that touch one key go in different transactions).
 package etcdstore

@@ -145,6 +145,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 		// The holder of the session's lock releases it in the same write:
 		// once the record is in, the next submission may read it.
 		lockKey := s.heldLockKey(rec.SessionKey)
+		claim := s.heldClaimOf(rec.Idempotency)
 		ok, err := s.write(ctx, newCondWrite(cmps, func(l clientv3.OpOption) []clientv3.Op {
 			ops := []clientv3.Op{
 				clientv3.OpPut(s.p.binding(b.PreflightID), bindingValue, l),
@@ -161,9 +162,14 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			if lockKey != "" {
 				ops = append(ops, clientv3.OpDelete(lockKey))
 			}
+			if claim != nil {
+				// Only this claim is removed, never a later one of the key.
+				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(claim.claimKey), "=", claim.rev)},
+					[]clientv3.Op{clientv3.OpDelete(claim.claimKey)}, nil))
+			}
 			return ops
 		}))
-		s.recorded(rec.SessionKey, ok)
+		s.recorded(rec.SessionKey, rec.Idempotency, ok)
 		if err != nil {
 			return wal.Frame{}, err
 		}
@@ -189,12 +195,25 @@ type guards struct {
 // session's lock with no idempotency record to write, the guard read when
 // the lock was taken.
 func (s *Store) guardsOf(ctx context.Context, rec *wal.PreflightRecord, first bool) (guards, error) {
-	if first && rec.SessionKey != "" && rec.Idempotency == nil {
-		if g, ok := s.heldGuard(rec.SessionKey); ok {
-			return guards{sess: g.sess, sessRev: g.rev}, nil
-		}
+	if !first {
+		return s.readGuards(ctx, rec)
 	}
-	return s.readGuards(ctx, rec)
+	var g guards
+	if rec.SessionKey != "" {
+		sg, ok := s.heldGuard(rec.SessionKey)
+		if !ok {
+			return s.readGuards(ctx, rec)
+		}
+		g.sess, g.sessRev = sg.sess, sg.rev
+	}
+	if rec.Idempotency != nil {
+		r, _, rev, ok := s.heldRecord(rec.Idempotency.Key)
+		if !ok {
+			return s.readGuards(ctx, rec)
+		}
+		g.idem, g.idemRev = r, rev
+	}
+	return g, nil
 }
 
 // heldLockKey is the etcd key of the session's lock, when this process
@@ -214,16 +233,34 @@ func (s *Store) heldLockKey(key string) string {
 // recorded tells the session's lock that its holder's write was sent:
 // the guard it learnt is stale either way (the write may have committed
 // even on an error), and a write that committed released the lock.
-func (s *Store) recorded(key string, committed bool) {
-	if key == "" {
-		return
-	}
+func (s *Store) recorded(key string, idem *wal.IdempotencyRecord, committed bool) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
-	if h := s.held[key]; h != nil {
+	if h := s.held[key]; key != "" && h != nil {
 		h.known = false
 		h.released = h.released || committed
 	}
+	if idem == nil {
+		return
+	}
+	if c := s.claims[idem.Key]; c != nil {
+		c.known = false
+		c.released = c.released || committed
+	}
+}
+
+// heldClaimOf is the claim this process holds on the key of idem and has
+// not released yet; nil otherwise.
+func (s *Store) heldClaimOf(idem *wal.IdempotencyRecord) *heldClaim {
+	if idem == nil {
+		return nil
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if c := s.claims[idem.Key]; c != nil && !c.released {
+		return c
+	}
+	return nil
 }
 
 // readGuards reads the session counters and the idempotency record in
@@ -381,8 +418,16 @@ func decodeSession(key string, v []byte, rev int64) (sessionGuard, error) {
 	return sessionGuard{sess: wal.Session{Attempts: r.Attempts, RepairFrom: r.RepairFrom}, rev: rev}, nil
 }
 
-// Idempotency returns the record of an idempotency key.
+// Idempotency returns the record of an idempotency key. The holder of the
+// key's claim gets it as read when it took the claim (heldClaim), with no
+// request.
 func (s *Store) Idempotency(ctx context.Context, key string) (wal.IdempotencyRecord, error) {
+	if r, found, _, ok := s.heldRecord(key); ok {
+		if !found {
+			return wal.IdempotencyRecord{}, wal.ErrNotFound
+		}
+		return r, nil
+	}
 	v, err := s.get(ctx, s.p.idempotency(key))
 	if err != nil {
 		return wal.IdempotencyRecord{}, err

@@ -111,6 +111,30 @@ func TestRequestsPerCall(t *testing.T) {
 	if sess, err := s.Session(ctx, `["user:a","sess-requests","sha256:plan"]`); err != nil || sess.Attempts != 2 {
 		t.Errorf("session after two locked preflights: %+v, %v; want 2 attempts", sess, err)
 	}
+	// A preflight with an idempotency key, as the service makes it: the
+	// claim reads the key's record, and the record releases the claim.
+	count("preflight with a new idempotency key, claimed", 2, func() error {
+		release, err := s.ClaimIdempotency(ctx, "idem-requests")
+		if err != nil {
+			return err
+		}
+		defer release()
+		if _, err := s.Idempotency(ctx, "idem-requests"); !errors.Is(err, wal.ErrNotFound) {
+			return fmt.Errorf("idempotency record before the record: %v, want not found", err)
+		}
+		ib := newB("idem")
+		_, err = s.RecordPreflight(ctx, wal.PreflightRecord{Binding: ib, Decision: []byte(`{}`), Time: time.Now(),
+			Idempotency: &wal.IdempotencyRecord{Key: "idem-requests", RequestDigest: "sha256:req", PreflightID: ib.PreflightID}})
+		return err
+	})
+	if r, err := s.Idempotency(ctx, "idem-requests"); err != nil || r.PreflightID != "pf_requests_idem" {
+		t.Errorf("idempotency record after the record: %+v, %v", r, err)
+	}
+	release, err := s.ClaimIdempotency(ctx, "idem-requests")
+	if err != nil {
+		t.Fatalf("the claim after a record that released it: %v", err)
+	}
+	release()
 	consume := func(requestID string, want wal.ConsumeStatus) func() error {
 		return func() error {
 			res, err := s.Consume(ctx, wal.ConsumeRequest{Binding: &b, Kind: "refund.create", ArgsDigest: "sha256:one",

@@ -113,6 +113,9 @@ type Store struct {
 	// key (claims.go, LockSession).
 	heldMu sync.Mutex
 	held   map[string]*heldSession
+	// claims are the idempotency claims this process holds, by key
+	// (claims.go, ClaimIdempotency).
+	claims map[string]*heldClaim
 }
 
 var _ state.Store = (*Store)(nil)
@@ -143,7 +146,8 @@ func Open(o Options) (*Store, error) {
 	if o.Replica == "" {
 		o.Replica = "replica"
 	}
-	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{}}
+	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{},
+		claims: map[string]*heldClaim{}}
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
