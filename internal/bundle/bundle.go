@@ -24,6 +24,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"gopkg.in/yaml.v3"
 
 	"github.com/contractrefine/autonomy/internal/strictjson"
@@ -515,7 +516,12 @@ func (b *Bundle) Allow(ctx context.Context, input map[string]any) (bool, string,
 func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	rs, err := b.allow.Eval(ctx, input)
+	// OPA would start a goroutine per evaluation to watch ctx and cancel
+	// the query; a callback registered on ctx does the same without one,
+	// which saves a Check the wake-ups of that goroutine.
+	halt := topdown.NewCancel()
+	defer context.AfterFunc(ctx, halt.Cancel)()
+	rs, err := b.allow.Eval(ctx, input, rego.EvalExternalCancel(halt))
 	if err != nil {
 		// OPA reports a timeout as the context's error or as whichever
 		// builtin noticed it first (numbers.range: timed out …), as timing
@@ -535,7 +541,7 @@ func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, st
 		}
 	}
 	sub := ""
-	if rs, err := b.denyReason.Eval(ctx, input); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
+	if rs, err := b.denyReason.Eval(ctx, input, rego.EvalExternalCancel(halt)); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
 		if s, ok := rs[0].Expressions[0].Value.(string); ok {
 			sub = strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_")
 		}
