@@ -6,9 +6,10 @@ import "syscall"
 
 type fileID struct{ dev, ino uint64 }
 
-// statID names the file at path by device and inode. It calls stat(2)
-// itself: os.Stat's FileInfo would be an allocation on every commit.
-func statID(path string) (fileID, error) {
+// statPathID names the file at path by device and inode through stat(2).
+// It calls stat(2) itself: os.Stat's FileInfo would be an allocation on
+// every commit.
+func statPathID(path string) (fileID, error) {
 	var st syscall.Stat_t
 	for {
 		err := syscall.Stat(path, &st)
