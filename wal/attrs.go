@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -74,17 +75,34 @@ func EncodeAttrs(v any) ([]byte, error) {
 // preEncode returns in with its attrs encoded and, when the log names its
 // replica, naming it: the commit loop then only appends them.
 func (db *DB) preEncode(in FrameInput) (FrameInput, error) {
-	e, err := encodeAttrs(in.Attrs)
+	e, err := encodeNamed(in.Attrs, db.opts.Replica)
 	if err != nil {
 		return in, err
 	}
-	if db.opts.Replica != "" {
-		if e, err = e.withReplica(db.opts.Replica); err != nil {
-			return in, err
-		}
-	}
 	in.Attrs = e
 	return in, nil
+}
+
+// encodeNamed is encodeAttrs(v), naming replica when it is set
+// (withReplica), with the attrs packed once, as they are stored.
+func encodeNamed(v any, replica string) (*encodedAttrs, error) {
+	if e, ok := v.(*encodedAttrs); ok {
+		if replica == "" {
+			return e, nil
+		}
+		return e.withReplica(replica)
+	}
+	if replica == "" {
+		return encodeAttrs(v)
+	}
+	b, err := EncodeAttrs(v)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = namingReplica(b, replica); err != nil {
+		return nil, err
+	}
+	return &encodedAttrs{canonical: b, packed: packAttrs(b), replicaSet: true}, nil
 }
 
 // AttrReplica is the attr naming the replica that wrote a frame.
@@ -96,18 +114,48 @@ func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
 	if e.replicaSet {
 		return e, nil
 	}
+	b, err := namingReplica(e.canonical, name)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.Equal(b, e.canonical) {
+		return &encodedAttrs{canonical: e.canonical, packed: e.packed, replicaSet: true}, nil
+	}
+	return &encodedAttrs{canonical: b, packed: packAttrs(b), replicaSet: true}, nil
+}
+
+// namingReplica returns the canonical attrs object canonical with the
+// member "replica": name added, or as it is when it names a replica
+// already. The member goes first and canon.Marshal puts it in its place
+// (its decoder takes the text without building values); an object that
+// names a replica already has the name twice, which canon.Marshal leaves
+// to encoding/json, whose last member wins: the attrs' own. Text that is
+// not an object is decoded as a map, as it always was, for its error.
+func namingReplica(canonical []byte, name string) ([]byte, error) {
+	v, _ := json.Marshal(name)
+	if n := len(canonical); n >= 2 && canonical[0] == '{' && canonical[n-1] == '}' {
+		raw := make([]byte, 0, n+len(AttrReplica)+len(v)+4)
+		raw = append(raw, `{"`+AttrReplica+`":`...)
+		raw = append(raw, v...)
+		if n > 2 {
+			raw = append(raw, ',')
+		}
+		raw = append(raw, canonical[1:]...)
+		if b, err := canon.Marshal(raw); err == nil {
+			return b, nil
+		}
+	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(e.canonical, &m); err != nil {
+	if err := json.Unmarshal(canonical, &m); err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
 	if _, ok := m[AttrReplica]; ok {
-		return &encodedAttrs{canonical: e.canonical, packed: e.packed, replicaSet: true}, nil
+		return canonical, nil
 	}
-	v, _ := json.Marshal(name)
 	m[AttrReplica] = v
 	b, err := canon.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("wal: frame attrs: %w", err)
 	}
-	return &encodedAttrs{canonical: b, packed: packAttrs(b), replicaSet: true}, nil
+	return b, nil
 }

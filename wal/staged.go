@@ -27,9 +27,10 @@ type Staging struct {
 	// Sent is called once every write of the commit has run and before
 	// the commit goes to the disk, with the chain point the commit appends
 	// to (the log's head before it: baseSeq 0 and baseHash "" for an empty
-	// log) and this call's frames, which the commit then makes durable
-	// unless it fails.
-	Sent func(baseSeq uint64, baseHash string, frames []Frame)
+	// log), this call's frames, which the commit then makes durable
+	// unless it fails, and each frame as the log stores it (EncodeFrame's
+	// bytes, not to be modified), so a copy need not encode it again.
+	Sent func(baseSeq uint64, baseHash string, frames []Frame, stored [][]byte)
 	// Lost, when set, is called when that commit then failed: the log is
 	// held (ErrHeld) from then until Release.
 	Lost func()
@@ -39,6 +40,7 @@ type Staging struct {
 type stage struct {
 	Staging
 	frames []Frame
+	stored [][]byte
 }
 
 // AppendStaged durably appends ins in one commit, as AppendFrames does,
@@ -54,13 +56,14 @@ func (db *DB) AppendStaged(ctx context.Context, ins []FrameInput, st Staging) ([
 	}
 	sg := &stage{Staging: st}
 	err := db.enqueue(ctx, &write{stage: sg, fn: func(tx *Tx) error {
-		sg.frames = sg.frames[:0]
+		sg.frames, sg.stored = sg.frames[:0], sg.stored[:0]
 		for _, in := range ins {
-			f, err := tx.Append(in)
+			f, stored, err := tx.append(in)
 			if err != nil {
 				return err
 			}
 			sg.frames = append(sg.frames, f)
+			sg.stored = append(sg.stored, stored)
 		}
 		return nil
 	}})
@@ -76,7 +79,7 @@ func (db *DB) sent(batch []*write, base chainPoint) bool {
 	told := false
 	for _, w := range batch {
 		if w.stage != nil && w.stage.Sent != nil && len(w.stage.frames) > 0 {
-			w.stage.Sent(base.Seq, base.Hash, w.stage.frames)
+			w.stage.Sent(base.Seq, base.Hash, w.stage.frames, w.stage.stored)
 			told = true
 		}
 	}

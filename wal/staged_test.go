@@ -25,8 +25,13 @@ func TestAdoptAndHold(t *testing.T) {
 	in := FrameInput{Kind: KindDecision, AuditID: "au_staged", Time: time.Now(), Attrs: map[string]any{"outcome": "deny"}}
 	var told []Frame
 	var base uint64 = 99
-	frames, err := a.AppendStaged(ctx, []FrameInput{in, in}, Staging{Sent: func(seq uint64, hash string, fs []Frame) {
+	frames, err := a.AppendStaged(ctx, []FrameInput{in, in}, Staging{Sent: func(seq uint64, hash string, fs []Frame, stored [][]byte) {
 		base, told = seq, fs
+		for i := range fs {
+			if want := EncodeFrame(&fs[i]); string(stored[i]) != string(want) {
+				t.Errorf("frame %d told stored as %s, want %s", fs[i].Seq, stored[i], want)
+			}
+		}
 	}})
 	if err != nil || len(frames) != 2 || len(told) != 2 || base != 0 || told[1].Hash != frames[1].Hash {
 		t.Fatalf("staged append: %v, %d frames, told %d after base %d", err, len(frames), len(told), base)

@@ -554,17 +554,18 @@ type Tx struct {
 
 // Append adds a frame to the log, assigning its seq and chain hash.
 func (tx *Tx) Append(in FrameInput) (Frame, error) {
+	f, _, err := tx.append(in)
+	return f, err
+}
+
+// append is Append, also returning the frame as stored.
+func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 	if !tx.writing {
-		return Frame{}, errors.New("wal: append in a read-only transaction")
+		return Frame{}, nil, errors.New("wal: append in a read-only transaction")
 	}
-	attrs, err := encodeAttrs(in.Attrs)
+	attrs, err := encodeNamed(in.Attrs, tx.replica)
 	if err != nil {
-		return Frame{}, err
-	}
-	if tx.replica != "" {
-		if attrs, err = attrs.withReplica(tx.replica); err != nil {
-			return Frame{}, err
-		}
+		return Frame{}, nil, err
 	}
 	f := Frame{
 		Seq:       tx.head.Seq + 1,
@@ -575,14 +576,16 @@ func (tx *Tx) Append(in FrameInput) (Frame, error) {
 		PrevHash:  tx.head.Hash,
 	}
 	f.Hash = f.computeHash()
-	stored := f.encode()
+	var stored []byte
 	if attrs.packed != nil {
 		stored = f.encodePacked(attrs.packed)
+	} else {
+		stored = f.encode()
 	}
 	if err := tx.put(&f, stored); err != nil {
-		return Frame{}, err
+		return Frame{}, nil, err
 	}
-	return f, nil
+	return f, stored, nil
 }
 
 // put stores f, in its stored form, as the log's new head, with its audit

@@ -22,7 +22,7 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	return s.copied(ctx, s.startCopy(frames[0].Seq-1, frames[0].PrevHash, frames))
+	return s.copied(ctx, s.startCopy(frames[0].Seq-1, frames[0].PrevHash, frames, nil))
 }
 
 // logAndCopy appends ins to the replica's log and copies them to etcd,
@@ -35,8 +35,8 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
 	var req *copyRequest
 	frames, err := s.log.AppendStaged(ctx, ins, wal.Staging{
-		Sent: func(baseSeq uint64, baseHash string, fs []wal.Frame) {
-			req = s.startCopy(baseSeq, baseHash, fs)
+		Sent: func(baseSeq uint64, baseHash string, fs []wal.Frame, stored [][]byte) {
+			req = s.startCopy(baseSeq, baseHash, fs, stored)
 			if s.afterSent != nil {
 				s.afterSent()
 			}
@@ -58,9 +58,11 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 }
 
 // startCopy queues frames, appended to the log at base, for a copy
-// transaction without waiting.
-func (s *Store) startCopy(baseSeq uint64, baseHash string, frames []wal.Frame) *copyRequest {
-	req := &copyRequest{frames: frames, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
+// transaction without waiting. stored, when not nil, holds each frame as
+// the log stored it (wal.EncodeFrame's bytes), which the copy sends as
+// they are.
+func (s *Store) startCopy(baseSeq uint64, baseHash string, frames []wal.Frame, stored [][]byte) *copyRequest {
+	req := &copyRequest{frames: frames, stored: stored, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
 	for i := range frames {
 		req.bytes += copyBytes(&frames[i])
 	}
@@ -84,6 +86,8 @@ func copyBytes(f *wal.Frame) int { return len(f.Attrs) + len(f.AuditID) + 512 }
 // copyRequest is one call's frames waiting for their copy transaction.
 type copyRequest struct {
 	frames []wal.Frame
+	// stored is each frame as the log stored it; nil: encoded when sent.
+	stored [][]byte
 	bytes  int // copyBytes of the frames
 	// baseSeq and baseHash are the log's head before the commit that
 	// appended the frames.
@@ -148,7 +152,11 @@ func (s *Store) writeCopies(batch []*copyRequest) error {
 		for i := range r.frames {
 			f := &r.frames[i]
 			idx.Frames = append(idx.Frames, s.p.frame(f.AuditID, s.o.Replica, f.Seq))
-			values = append(values, string(wal.EncodeFrame(f)))
+			if r.stored != nil {
+				values = append(values, string(r.stored[i]))
+			} else {
+				values = append(values, string(wal.EncodeFrame(f)))
+			}
 			last = max(last, f.Seq)
 		}
 	}
