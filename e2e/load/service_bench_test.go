@@ -139,15 +139,15 @@ func BenchmarkServiceCheck(b *testing.B) {
 
 // benchEtcdServer is benchServer on a one-member etcd of its own, run in a
 // helper process, so a CPU profile shows the service and its etcd client
-// and nothing of the member.
-func benchEtcdServer(b *testing.B) *server.Server {
+// and nothing of the member; it returns the member's process id too.
+func benchEtcdServer(b *testing.B) (*server.Server, int) {
 	b.Helper()
 	c, err := etcdtest.Start(etcdtest.Options{Kind: etcdtest.Process, Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	return benchServerOn(b, c.Endpoints())
+	return benchServerOn(b, c.Endpoints()), c.Members[0].Pid()
 }
 
 // BenchmarkServiceEtcd is BenchmarkServicePreflight and the consume of
@@ -155,10 +155,11 @@ func benchEtcdServer(b *testing.B) *server.Server {
 func BenchmarkServiceEtcd(b *testing.B) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("preflight/conc=%d", conc), func(b *testing.B) {
-			h := benchEtcdServer(b).Handler()
+			s, member := benchEtcdServer(b)
+			h := s.Handler()
 			b.ReportAllocs()
 			b.ResetTimer()
-			withProcCounts(b, func() {
+			withProcCounts(b, member, func() {
 				benchutil.Parallel(b, conc, func(i int) error {
 					_, err := postPreflight(h, fmt.Sprintf("session:bench-%d", i))
 					return err
@@ -166,7 +167,7 @@ func BenchmarkServiceEtcd(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("consume/conc=%d", conc), func(b *testing.B) {
-			s := benchEtcdServer(b)
+			s, member := benchEtcdServer(b)
 			h := s.Handler()
 			srv := extauthz.NewServer(s.Gate())
 			cl := newClient()
@@ -200,7 +201,7 @@ func BenchmarkServiceEtcd(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			withProcCounts(b, func() {
+			withProcCounts(b, member, func() {
 				benchutil.Parallel(b, conc, func(i int) error {
 					resp, err := srv.Check(ctx, cl.checkRequest("tool.echo", idList[i]))
 					if err == nil && resp.GetStatus().GetCode() != 0 {
@@ -214,19 +215,22 @@ func BenchmarkServiceEtcd(b *testing.B) {
 }
 
 // withProcCounts runs the timed part of a benchmark and reports the CPU
-// and the context switches this process spent per op (the etcd member
-// runs in a process of its own): figures the machine's other load moves
-// less than the time per op.
-func withProcCounts(b *testing.B, run func()) {
+// and the context switches this process spent per op, and the CPU the
+// etcd member's process (member) spent per op: figures the machine's
+// other load moves less than the time per op.
+func withProcCounts(b *testing.B, member int, run func()) {
 	pid := os.Getpid()
 	cpu0, err0 := cpuTime(pid)
 	sw0, err1 := switches(pid)
+	m0, err2 := cpuTime(member)
 	run()
-	cpu1, err2 := cpuTime(pid)
-	sw1, err3 := switches(pid)
-	if err := cmp.Or(err0, err1, err2, err3); err != nil {
+	cpu1, err3 := cpuTime(pid)
+	sw1, err4 := switches(pid)
+	m1, err5 := cpuTime(member)
+	if err := cmp.Or(err0, err1, err2, err3, err4, err5); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(sw1-sw0)/float64(b.N), "cs/op")
+	b.ReportMetric(float64(m1-m0)/float64(time.Microsecond)/float64(b.N), "member-cpu-µs/op")
 }

@@ -219,6 +219,17 @@ func (c *Cluster) stopAll() {
 // Endpoint is the member's client URL.
 func (m *Member) Endpoint() string { return m.Spec.ClientURL }
 
+// Pid is the process id of a running Process or Binary member, 0 for one
+// that runs in this process or is not running.
+func (m *Member) Pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil || m.cmd.Process == nil || !m.runningLocked() {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // Running reports whether the member was started and has not stopped.
 func (m *Member) Running() bool {
 	m.mu.Lock()
