@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -90,6 +91,79 @@ func BenchmarkCodecMarshal(b *testing.B) {
 					b.Fatal(err)
 				}
 				data.Free()
+			}
+		})
+	}
+}
+
+// TestWireResponseIsResponseFor: the bytes the Check handler answers with
+// are the deterministic protobuf encoding of ResponseFor's message, through
+// the protobuf codec as through this package's, and they decode to that
+// message.
+// A decision with a string that is not UTF-8 gets ResponseFor's message
+// itself.
+func TestWireResponseIsResponseFor(t *testing.T) {
+	deny := binding.Decision{Status: http.StatusForbidden, Reason: "contract: preflight_replay",
+		AuditID: "au_0123456789abcdefghij", Mode: binding.ModeEnforce, PreflightID: "pf_x", ToolKind: "tool.echo"}
+	allow := binding.Decision{Allowed: true, Status: http.StatusOK, Reason: "policy: allowed",
+		AuditID: "au_0123456789abcdefghij", Mode: binding.ModeEnforce}
+	with := func(d binding.Decision, f func(*binding.Decision)) binding.Decision { f(&d); return d }
+	tests := map[string]struct {
+		d        binding.Decision
+		fallback bool
+	}{
+		"deny":  {d: deny},
+		"allow": {d: allow},
+		"advisory allow": {d: with(allow, func(d *binding.Decision) {
+			d.AdvisoryReason, d.Mode = "contract: preflight_required", binding.ModeAdvisory
+		})},
+		"unavailable": {d: with(deny, func(d *binding.Decision) {
+			d.Status, d.Reason = http.StatusServiceUnavailable, "contract: verifier_unavailable"
+		})},
+		"no audit id":        {d: with(deny, func(d *binding.Decision) { d.AuditID = "" })},
+		"allow, no audit id": {d: with(allow, func(d *binding.Decision) { d.AuditID = "" })},
+		"no reason":          {d: with(deny, func(d *binding.Decision) { d.Reason = "" })},
+		"no mode":            {d: with(deny, func(d *binding.Decision) { d.Mode = "" })},
+		"long reason":        {d: with(deny, func(d *binding.Decision) { d.Reason = "contract: " + strings.Repeat("é", 5000) })},
+		"zero":               {d: binding.Decision{}},
+		"mode not UTF-8":     {d: with(deny, func(d *binding.Decision) { d.Mode = "\xff" })},
+		"reason not UTF-8":   {d: with(deny, func(d *binding.Decision) { d.Reason = "contract: \xff" }), fallback: true},
+		"audit id not UTF-8": {d: with(allow, func(d *binding.Decision) { d.AuditID = "au_\xff" }), fallback: true},
+		"advisory not UTF-8": {d: with(allow, func(d *binding.Decision) { d.AdvisoryReason = "\xc3" }), fallback: true},
+	}
+	det := proto.MarshalOptions{Deterministic: true}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			want := ResponseFor(&tc.d)
+			got := wireResponse(tc.d)
+			if tc.fallback {
+				if len(got.ProtoReflect().GetUnknown()) != 0 || !proto.Equal(got, want) {
+					t.Fatalf("got %v, want ResponseFor's %v", got, want)
+				}
+				return
+			}
+			wantBytes, err := det.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotBytes, err := proto.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(gotBytes, wantBytes) {
+				t.Fatalf("wrote %d bytes\n%.400x\nwant %d\n%.400x", len(gotBytes), gotBytes, len(wantBytes), wantBytes)
+			}
+			data, err := codec{proto: encoding.GetCodecV2(grpcproto.Name)}.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer data.Free()
+			if !bytes.Equal(data.Materialize(), wantBytes) {
+				t.Fatalf("the codec wrote %x", data.Materialize())
+			}
+			back := new(authv3.CheckResponse)
+			if err := proto.Unmarshal(gotBytes, back); err != nil || !proto.Equal(back, want) {
+				t.Fatalf("read back %v (%v), want %v", back, err, want)
 			}
 		})
 	}

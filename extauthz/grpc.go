@@ -34,8 +34,9 @@ type Server struct {
 // NewServer returns an Authorization server backed by gate.
 func NewServer(gate Checker) *Server { return &Server{gate: gate} }
 
-// Register registers s on a gRPC server.
-func (s *Server) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g, s) }
+// Register registers s on a gRPC server. Its Check answers are written
+// without building the message (wire.go).
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(serviceDesc(), s) }
 
 // Check answers one CheckRequest. A deny is a response, not an error. A
 // CheckRequest with no attributes.source at all is a direct client's; over
@@ -43,12 +44,17 @@ func (s *Server) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g
 // fills the source, so its own certificate never stands in for a
 // downstream that presented none (that would mismatch every preflight).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	d := s.decide(ctx, req)
+	return ResponseFor(&d), nil
+}
+
+// decide is Check's decision.
+func (s *Server) decide(ctx context.Context, req *authv3.CheckRequest) binding.Decision {
 	r := RequestFromCheck(req)
 	if r.Principal == "" && req.GetAttributes().GetSource() == nil {
 		r.Principal = peerPrincipal(ctx)
 	}
-	d := s.gate.Check(ctx, r)
-	return ResponseFor(&d), nil
+	return s.gate.Check(ctx, r)
 }
 
 // RequestFromCheck builds the gate's view of a CheckRequest: method, path,
@@ -171,14 +177,7 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	// decided says so with its 503 and contract: verifier_unavailable. An
 	// MCP deny reaches the client as 200 with a JSON-RPC answer (docs/MCP.md):
 	// the gRPC status, not the HTTP one, is what denies it.
-	status, body := d.ClientDeny()
-	httpCode := typev3.StatusCode_Forbidden
-	switch status {
-	case 503:
-		httpCode = typev3.StatusCode_ServiceUnavailable
-	case 200:
-		httpCode = typev3.StatusCode_OK
-	}
+	httpCode, body := clientDeny(d)
 	r := new(denyResponse)
 	r.status = rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: d.Reason}
 	r.httpStatus.Code = httpCode
@@ -189,6 +188,18 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	r.oneof.DeniedResponse = &r.denied
 	r.resp = authv3.CheckResponse{Status: &r.status, HttpResponse: &r.oneof, DynamicMetadata: meta}
 	return &r.resp
+}
+
+// clientDeny is the HTTP status and body a deny sends the client.
+func clientDeny(d *binding.Decision) (typev3.StatusCode, []byte) {
+	status, body := d.ClientDeny()
+	switch status {
+	case 503:
+		return typev3.StatusCode_ServiceUnavailable, body
+	case 200:
+		return typev3.StatusCode_OK, body
+	}
+	return typev3.StatusCode_Forbidden, body
 }
 
 // advisoryOnly is the allow's headers_to_remove when the service sets no
