@@ -163,7 +163,7 @@ func (d *requestDecoder) members(path string, field func(name, path string) *Req
 		if !ok {
 			return malformed(path, "invalid object member name")
 		}
-		member := path + "/" + jsonptr.Escape(name)
+		member := memberPath(path, name)
 		switch prev, dup := seen.Add(name); {
 		case dup && prev == name:
 			return malformed(member, fmt.Sprintf("duplicate field %q", name))
@@ -192,7 +192,7 @@ func (d *requestDecoder) array(path string, elem func(i int, path string) *Reque
 		return false, typeError(path, "an array", tok)
 	}
 	for i := 0; d.dec.More(); i++ {
-		if err := elem(i, path+"/"+strconv.Itoa(i)); err != nil {
+		if err := elem(i, elementPath(path, i)); err != nil {
 			return true, err
 		}
 	}

@@ -25,8 +25,27 @@ func newTokens(body []byte) *tokens {
 	return &tokens{dec: jsontext.NewDecoder(bytes.NewBuffer(body), jsontext.AllowDuplicateNames(true))}
 }
 
+// memberNames are the member names of the bodies read here, keyed by their
+// JSON text, each boxed as a json.Token once: a string token costs its
+// string and the boxing, two of a preflight's allocations per name.
+var memberNames = func() map[string]json.Token {
+	m := make(map[string]json.Token)
+	for _, n := range []string{
+		"actor", "args", "attestation", "audit_id", "context", "decision_chain", "depends_on",
+		"expected_evidence", "id", "intent", "issued_at", "kind", "node_id", "plan", "plan_hash",
+		"preflight_id", "provenance", "request", "request_id", "required_rollback", "result",
+		"rollback", "session_id", "status", "step_id", "steps", "summary", "zone",
+	} {
+		m[`"`+n+`"`] = n
+	}
+	return m
+}()
+
 // Token returns the next token.
 func (t *tokens) Token() (json.Token, error) {
+	if t.dec.PeekKind() == '"' {
+		return t.str()
+	}
 	tok, err := t.dec.ReadToken()
 	if err != nil {
 		return nil, err
@@ -44,6 +63,27 @@ func (t *tokens) Token() (json.Token, error) {
 		return false, nil
 	}
 	return nil, nil
+}
+
+// str reads a string token: a member name of memberNames without
+// allocating, any other string written without escapes in one allocation,
+// the rest unquoted by jsontext.
+func (t *tokens) str() (json.Token, error) {
+	v, err := t.dec.ReadValue()
+	if err != nil {
+		return nil, err
+	}
+	if tok, ok := memberNames[string(v)]; ok {
+		return tok, nil
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), nil
+	}
+	b, err := jsontext.AppendUnquote(nil, v)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
 }
 
 // More reports whether the array or object being read has another element,
