@@ -10,6 +10,10 @@ import (
 // lie, to absorb clock skew between the node and the verifier.
 const MaxAttestationSkew = 30 * time.Second
 
+// noAttestationNeeded is the evidence of the row when no step has side
+// effects and attestation is not required.
+var noAttestationNeeded = detailEvidence("no step has side effects and attestation is not required")
+
 // checkAttestationFreshness is contract 6: a plan that changes anything, or
 // any plan when the operator requires it, comes from an enrolled node that
 // attested recently.
@@ -22,7 +26,7 @@ func checkAttestationFreshness(e *evaluation) (Result, error) {
 		}
 	}
 	if !applies {
-		return notApplicable(ContractAttestationFreshness, "no step has side effects and attestation is not required"), nil
+		return notApplicableWith(ContractAttestationFreshness, noAttestationNeeded), nil
 	}
 	r := newRow(ContractAttestationFreshness)
 	a := e.req.Context.Attestation

@@ -14,6 +14,10 @@ type ChainResolver interface {
 	ChainStatus(ctx context.Context, auditID string) (found bool, passed bool, err error)
 }
 
+// noDecisionChain is the evidence of the row when the request names no
+// decision chain.
+var noDecisionChain = detailEvidence("the request names no decision chain")
+
 // checkDecisionChain is contract 7: every earlier decision the plan builds
 // on is on record and passed. Offline, an id the local record lacks cannot
 // be proven either way, which is recorded as advisory: an advisory row is
@@ -21,7 +25,7 @@ type ChainResolver interface {
 func checkDecisionChain(e *evaluation) (Result, error) {
 	chain := e.req.Context.DecisionChain
 	if len(chain) == 0 {
-		return notApplicable(ContractDecisionChainComplete, "the request names no decision chain"), nil
+		return notApplicableWith(ContractDecisionChainComplete, noDecisionChain), nil
 	}
 	if e.chain == nil {
 		return Result{}, ErrNoChainResolver

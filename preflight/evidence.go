@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// noEvidenceDeclared is the evidence of the row when no step's capability
+// declares evidence.
+var noEvidenceDeclared = detailEvidence("no step's capability declares evidence")
+
 // checkExpectedEvidence is contract 5: every step promises the evidence its
 // capability is declared to leave, so the audit trail can be checked
 // against the plan afterwards.
@@ -31,7 +35,7 @@ func checkExpectedEvidence(e *evaluation) (Result, error) {
 		}
 	}
 	if !applies {
-		return notApplicable(ContractExpectedEvidence, "no step's capability declares evidence"), nil
+		return notApplicableWith(ContractExpectedEvidence, noEvidenceDeclared), nil
 	}
 	return r.result(ReasonExpectedEvidenceMissing), nil
 }

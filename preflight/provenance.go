@@ -18,6 +18,10 @@ const (
 	provenanceModel   = "model"
 )
 
+// noSideEffects is the evidence of the row when no step's capability has
+// side effects.
+var noSideEffects = detailEvidence("no step's capability has side effects")
+
 // checkArgumentProvenance is contract 2: every argument of a side-effecting
 // step says where its value came from, and a value claimed to come from the
 // envelope input really is that value.
@@ -40,7 +44,7 @@ func checkArgumentProvenance(e *evaluation) (Result, error) {
 		}
 	}
 	if !applies {
-		return notApplicable(ContractArgumentProvenance, "no step's capability has side effects"), nil
+		return notApplicableWith(ContractArgumentProvenance, noSideEffects), nil
 	}
 	return r.result(ReasonArgumentProvenanceInvalid), nil
 }

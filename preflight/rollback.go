@@ -5,6 +5,10 @@ import (
 	"slices"
 )
 
+// noRollbackNeeded is the evidence of the row when no step requires a
+// rollback and none is required.
+var noRollbackNeeded = detailEvidence("no step requires a rollback and none is required")
+
 // checkRollbackContract is contract 4: a step that must be undoable names
 // an undo the operator declared, and the rollback the caller requires is
 // one the plan provides.
@@ -59,7 +63,7 @@ func checkRollbackContract(e *evaluation) (Result, error) {
 		}
 	}
 	if !applies {
-		return notApplicable(ContractRollback, "no step requires a rollback and none is required"), nil
+		return notApplicableWith(ContractRollback, noRollbackNeeded), nil
 	}
 	if missing {
 		const field = "/context/required_rollback"

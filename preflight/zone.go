@@ -8,13 +8,16 @@ import (
 // anyZone in a capability's zones admits the capability in every zone.
 const anyZone = "*"
 
+// noSteps is the evidence of the row when the plan has no steps.
+var noSteps = detailEvidence("the plan has no steps")
+
 // checkCapabilityInZone is contract 3: every step calls a capability the
 // operator declared, in a zone it is declared for, and within what the
 // envelope lets this request use.
 func checkCapabilityInZone(e *evaluation) (Result, error) {
 	steps := e.req.Plan.Steps
 	if len(steps) == 0 {
-		return notApplicable(ContractCapabilityInZone, "the plan has no steps"), nil
+		return notApplicableWith(ContractCapabilityInZone, noSteps), nil
 	}
 	r := newRow(ContractCapabilityInZone)
 	for i, s := range steps {
