@@ -9,8 +9,12 @@ import (
 
 // vtMarshaler is what go-control-plane's vtprotobuf code gives the
 // ext_authz messages (CheckResponse among them): marshalling by generated
-// code instead of protobuf reflection. It generates no unmarshalling, so
-// requests are decoded by the protobuf codec as before.
+// code instead of protobuf reflection. That code is compiled only with the
+// vtprotobuf build tag (go build -tags vtprotobuf); without it no message
+// has these methods and every answer goes through the protobuf codec. The
+// Check handler's answers carry their encoding already (wire.go), so the
+// tag matters little for them. It generates no unmarshalling, so requests
+// are decoded by the protobuf codec either way.
 type vtMarshaler interface {
 	SizeVT() int
 	MarshalToSizedBufferVTStrict(dAtA []byte) (int, error)
