@@ -155,20 +155,19 @@ func pseudoHeader(field, header string, err error) (string, error) {
 // per message: every Check makes one.
 func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	meta := dynamicMetadata(d)
+	hs, n := answerHeaders(d)
 	if d.Allowed {
 		a := new(allowResponse)
-		a.audit.set(binding.HeaderAuditID, d.AuditID)
-		a.list[0] = &a.audit.opt
-		headers := a.list[:1]
-		if d.AdvisoryReason != "" {
-			a.advisory.set(binding.HeaderAdvisoryReason, d.AdvisoryReason)
-			headers = append(headers, &a.advisory.opt)
-		} else {
+		for i, h := range hs[:n] {
+			a.headers[i].set(h)
+			a.list[i] = &a.headers[i].opt
+		}
+		a.ok.Headers = a.list[:n]
+		if d.AdvisoryReason == "" {
 			// Only the service says why a binding failed: a copy the
 			// client sent must not reach the runtime.
 			a.ok.HeadersToRemove = advisoryOnly
 		}
-		a.ok.Headers = headers
 		a.oneof.OkResponse = &a.ok
 		a.resp = authv3.CheckResponse{Status: &a.status, HttpResponse: &a.oneof, DynamicMetadata: meta}
 		return &a.resp
@@ -181,13 +180,33 @@ func ResponseFor(d *binding.Decision) *authv3.CheckResponse {
 	r := new(denyResponse)
 	r.status = rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: d.Reason}
 	r.httpStatus.Code = httpCode
-	r.contentType.set("content-type", "application/json")
-	r.audit.set(binding.HeaderAuditID, d.AuditID)
-	r.headers = [2]*corev3.HeaderValueOption{&r.contentType.opt, &r.audit.opt}
-	r.denied = authv3.DeniedHttpResponse{Status: &r.httpStatus, Headers: r.headers[:], Body: string(body)}
+	for i, h := range hs[:n] {
+		r.headers[i].set(h)
+		r.list[i] = &r.headers[i].opt
+	}
+	r.denied = authv3.DeniedHttpResponse{Status: &r.httpStatus, Headers: r.list[:n], Body: string(body)}
 	r.oneof.DeniedResponse = &r.denied
 	r.resp = authv3.CheckResponse{Status: &r.status, HttpResponse: &r.oneof, DynamicMetadata: meta}
 	return &r.resp
+}
+
+// field is a name and its value: a header an answer sets, or a member of
+// its dynamic metadata.
+type field struct{ key, value string }
+
+// answerHeaders are the headers d's answer sets, each overwriting any of
+// its name: an allow's audit id and, when set, its advisory reason; a
+// deny's content type and audit id.
+func answerHeaders(d *binding.Decision) (hs [2]field, n int) {
+	if !d.Allowed {
+		return [2]field{{"content-type", "application/json"}, {binding.HeaderAuditID, d.AuditID}}, 2
+	}
+	hs[0] = field{binding.HeaderAuditID, d.AuditID}
+	if d.AdvisoryReason == "" {
+		return hs, 1
+	}
+	hs[1] = field{binding.HeaderAdvisoryReason, d.AdvisoryReason}
+	return hs, 2
 }
 
 // clientDeny is the HTTP status and body a deny sends the client.
@@ -212,52 +231,64 @@ type header struct {
 	hv  corev3.HeaderValue
 }
 
-func (h *header) set(k, v string) {
-	h.hv.Key, h.hv.Value = k, v
+func (h *header) set(f field) {
+	h.hv.Key, h.hv.Value = f.key, f.value
 	h.opt.Header = &h.hv
 	h.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 }
 
 // allowResponse holds the messages of an allow's CheckResponse.
 type allowResponse struct {
-	resp     authv3.CheckResponse
-	status   rpcstatus.Status // code 0: OK
-	oneof    authv3.CheckResponse_OkResponse
-	ok       authv3.OkHttpResponse
-	list     [2]*corev3.HeaderValueOption
-	audit    header
-	advisory header
+	resp    authv3.CheckResponse
+	status  rpcstatus.Status // code 0: OK
+	oneof   authv3.CheckResponse_OkResponse
+	ok      authv3.OkHttpResponse
+	list    [2]*corev3.HeaderValueOption
+	headers [2]header
 }
 
 // denyResponse holds the messages of a deny's CheckResponse.
 type denyResponse struct {
-	resp        authv3.CheckResponse
-	status      rpcstatus.Status
-	oneof       authv3.CheckResponse_DeniedResponse
-	denied      authv3.DeniedHttpResponse
-	httpStatus  typev3.HttpStatus
-	headers     [2]*corev3.HeaderValueOption
-	contentType header
-	audit       header
+	resp       authv3.CheckResponse
+	status     rpcstatus.Status
+	oneof      authv3.CheckResponse_DeniedResponse
+	denied     authv3.DeniedHttpResponse
+	httpStatus typev3.HttpStatus
+	list       [2]*corev3.HeaderValueOption
+	headers    [2]header
 }
 
 // dynamicMetadata is {"autonomy":{"audit_id","mode","reason"}}, the values
 // in one block with the two structs that hold them.
 func dynamicMetadata(d *binding.Decision) *structpb.Struct {
-	// The reason the decision frame records under the same audit id: in
-	// advisory mode, the binding failure that was let through.
-	_, reason, _ := d.Recorded()
-	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(reason) {
+	ms, ok := metadataMembers(d)
+	if !ok {
 		return nil
 	}
 	m := new(metadata)
 	m.auditID.Kind, m.mode.Kind, m.reason.Kind = &m.auditIDKind, &m.modeKind, &m.reasonKind
-	m.auditIDKind.StringValue, m.modeKind.StringValue, m.reasonKind.StringValue = d.AuditID, string(d.Mode), reason
-	m.inner.Fields = map[string]*structpb.Value{"audit_id": &m.auditID, "mode": &m.mode, "reason": &m.reason}
+	m.auditIDKind.StringValue, m.modeKind.StringValue, m.reasonKind.StringValue = ms[0].value, ms[1].value, ms[2].value
+	m.inner.Fields = map[string]*structpb.Value{ms[0].key: &m.auditID, ms[1].key: &m.mode, ms[2].key: &m.reason}
 	m.innerKind.StructValue = &m.inner
 	m.autonomy.Kind = &m.innerKind
-	m.outer.Fields = map[string]*structpb.Value{"autonomy": &m.autonomy}
+	m.outer.Fields = map[string]*structpb.Value{metadataKey: &m.autonomy}
 	return &m.outer
+}
+
+// metadataKey names the dynamic metadata's one struct.
+const metadataKey = "autonomy"
+
+// metadataMembers are the members of the dynamic metadata's struct, in
+// key order. It reports false when one is not UTF-8: the metadata is then
+// left out.
+func metadataMembers(d *binding.Decision) ([3]field, bool) {
+	// The reason the decision frame records under the same audit id: in
+	// advisory mode, the binding failure that was let through.
+	_, reason, _ := d.Recorded()
+	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(reason) {
+		return [3]field{}, false
+	}
+	return [3]field{{"audit_id", d.AuditID}, {"mode", string(d.Mode)}, {"reason", reason}}, true
 }
 
 // metadata holds the messages of dynamicMetadata's answer.

@@ -92,31 +92,24 @@ const (
 // It reports false when a string field would not be UTF-8.
 func appendResponse(b []byte, d *binding.Decision) ([]byte, bool) {
 	meta, metaOK := newWireMeta(d)
-	var reason string
-	var body []byte
-	var code uint64
-	var headers [2]wireHeader
-	var remove string
-	n := 2
-	if d.Allowed {
-		headers[0] = wireHeader{binding.HeaderAuditID, d.AuditID}
-		if d.AdvisoryReason != "" {
-			headers[1] = wireHeader{binding.HeaderAdvisoryReason, d.AdvisoryReason}
-		} else {
-			n, remove = 1, advisoryOnly[0]
-		}
-	} else {
-		httpCode, bb := clientDeny(d)
-		code, reason, body = uint64(httpCode), d.Reason, bb
-		headers = [2]wireHeader{{"content-type", "application/json"}, {binding.HeaderAuditID, d.AuditID}}
-	}
+	headers, n := answerHeaders(d)
 	for _, h := range headers[:n] {
 		if !utf8.ValidString(h.value) {
 			return nil, false
 		}
 	}
-	if !utf8.ValidString(reason) || !utf8.Valid(body) {
-		return nil, false
+	var reason, remove string
+	var body []byte
+	var code uint64
+	headersField := protowire.Number(fieldOKHeaders)
+	if !d.Allowed {
+		httpCode, bb := clientDeny(d)
+		code, reason, body, headersField = uint64(httpCode), d.Reason, bb, fieldDeniedHeaders
+		if !utf8.ValidString(reason) || !utf8.Valid(body) {
+			return nil, false
+		}
+	} else if d.AdvisoryReason == "" {
+		remove = advisoryOnly[0]
 	}
 
 	// google.rpc.Status: PERMISSION_DENIED and the reason, or OK (empty).
@@ -126,7 +119,7 @@ func appendResponse(b []byte, d *binding.Decision) ([]byte, bool) {
 	}
 	headersLen := 0
 	for _, h := range headers[:n] {
-		headersLen += sizeMessage(fieldDeniedHeaders, h.size()) // the same number in both responses
+		headersLen += sizeMessage(headersField, headerLen(h))
 	}
 	var answerLen int
 	var answerField protowire.Number
@@ -134,7 +127,7 @@ func appendResponse(b []byte, d *binding.Decision) ([]byte, bool) {
 		answerField, answerLen = fieldResponseOK, headersLen+sizeString(fieldOKRemove, remove)
 	} else {
 		answerField = fieldResponseDenied
-		answerLen = sizeMessage(fieldDeniedStatus, sizeVarint(fieldHTTPStatusCode, code)) + headersLen + sizeBytes(fieldDeniedBody, body)
+		answerLen = sizeMessage(fieldDeniedStatus, sizeVarint(fieldHTTPStatusCode, code)) + headersLen + sizeString(fieldDeniedBody, body)
 	}
 	total := sizeMessage(fieldResponseStatus, statusLen) + sizeMessage(answerField, answerLen)
 	if metaOK {
@@ -158,47 +151,55 @@ func appendResponse(b []byte, d *binding.Decision) ([]byte, bool) {
 		b = appendVarint(b, fieldHTTPStatusCode, code)
 	}
 	for _, h := range headers[:n] {
-		b = h.append(b, fieldDeniedHeaders)
+		b = appendHeader(b, headersField, h)
 	}
 	if d.Allowed {
 		b = appendString(b, fieldOKRemove, remove)
 	} else {
-		b = appendBytes(b, fieldDeniedBody, body)
+		b = appendString(b, fieldDeniedBody, body)
 	}
 	return b, true
 }
 
-// wireHeader is a HeaderValueOption that overwrites any header of its
-// name.
-type wireHeader struct{ key, value string }
-
-func (h wireHeader) valueLen() int {
+// headerValueLen is the length of h as a HeaderValue.
+func headerValueLen(h field) int {
 	return sizeString(fieldHeaderKey, h.key) + sizeString(fieldHeaderValue, h.value)
 }
 
-func (h wireHeader) size() int {
-	return sizeMessage(fieldOptionHeader, h.valueLen()) +
+// headerLen is the length of h as a HeaderValueOption that overwrites any
+// header of its name.
+func headerLen(h field) int {
+	return sizeMessage(fieldOptionHeader, headerValueLen(h)) +
 		sizeVarint(fieldOptionAction, uint64(corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD))
 }
 
-func (h wireHeader) append(b []byte, num protowire.Number) []byte {
-	b = appendMessage(b, num, h.size())
-	b = appendMessage(b, fieldOptionHeader, h.valueLen())
+// appendHeader appends h as field num, a HeaderValueOption.
+func appendHeader(b []byte, num protowire.Number, h field) []byte {
+	b = appendMessage(b, num, headerLen(h))
+	b = appendMessage(b, fieldOptionHeader, headerValueLen(h))
 	b = appendString(b, fieldHeaderKey, h.key)
 	b = appendString(b, fieldHeaderValue, h.value)
 	return appendVarint(b, fieldOptionAction, uint64(corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD))
 }
 
-// wireMeta is dynamicMetadata's {"autonomy":{"audit_id","mode","reason"}}.
-type wireMeta struct{ entries [3]wireHeader }
+// wireMeta is dynamicMetadata's struct: metadataKey holding a struct of
+// the members.
+type wireMeta struct {
+	members [3]field
+	inner   int // the length of the members' struct
+}
 
 // newWireMeta reports false where dynamicMetadata leaves the metadata out.
 func newWireMeta(d *binding.Decision) (wireMeta, bool) {
-	_, reason, _ := d.Recorded()
-	if !utf8.ValidString(d.AuditID) || !utf8.ValidString(string(d.Mode)) || !utf8.ValidString(reason) {
+	ms, ok := metadataMembers(d)
+	if !ok {
 		return wireMeta{}, false
 	}
-	return wireMeta{entries: [3]wireHeader{{"audit_id", d.AuditID}, {"mode", string(d.Mode)}, {"reason", reason}}}, true
+	m := wireMeta{members: ms}
+	for _, e := range ms {
+		m.inner += sizeMessage(fieldStructFields, entryLen(e.key, stringValueLen(e.value)))
+	}
+	return m, true
 }
 
 // stringValueLen is the length of a Value holding s: a oneof member is
@@ -211,28 +212,21 @@ func entryLen(key string, valueLen int) int {
 	return sizeString(fieldEntryKey, key) + sizeMessage(fieldEntryValue, valueLen)
 }
 
-func (m *wireMeta) innerLen() int {
-	n := 0
-	for _, e := range m.entries {
-		n += sizeMessage(fieldStructFields, entryLen(e.key, stringValueLen(e.value)))
-	}
-	return n
-}
-
-// outerValueLen is the length of the Value that holds the inner struct.
-func (m *wireMeta) outerValueLen() int { return sizeMessage(fieldValueStruct, m.innerLen()) }
+// outerValueLen is the length of the Value that holds the members' struct.
+func (m *wireMeta) outerValueLen() int { return sizeMessage(fieldValueStruct, m.inner) }
 
 func (m *wireMeta) size() int {
-	return sizeMessage(fieldStructFields, entryLen("autonomy", m.outerValueLen()))
+	return sizeMessage(fieldStructFields, entryLen(metadataKey, m.outerValueLen()))
 }
 
 func (m *wireMeta) append(b []byte, num protowire.Number) []byte {
+	outer := m.outerValueLen()
 	b = appendMessage(b, num, m.size())
-	b = appendMessage(b, fieldStructFields, entryLen("autonomy", m.outerValueLen()))
-	b = appendString(b, fieldEntryKey, "autonomy")
-	b = appendMessage(b, fieldEntryValue, m.outerValueLen())
-	b = appendMessage(b, fieldValueStruct, m.innerLen())
-	for _, e := range m.entries {
+	b = appendMessage(b, fieldStructFields, entryLen(metadataKey, outer))
+	b = appendString(b, fieldEntryKey, metadataKey)
+	b = appendMessage(b, fieldEntryValue, outer)
+	b = appendMessage(b, fieldValueStruct, m.inner)
+	for _, e := range m.members {
 		b = appendMessage(b, fieldStructFields, entryLen(e.key, stringValueLen(e.value)))
 		b = appendString(b, fieldEntryKey, e.key)
 		b = appendMessage(b, fieldEntryValue, stringValueLen(e.value))
@@ -242,36 +236,22 @@ func (m *wireMeta) append(b []byte, num protowire.Number) []byte {
 	return b
 }
 
-// sizeString is the size of a proto3 string field: nothing when empty.
-func sizeString(num protowire.Number, s string) int {
-	if s == "" {
-		return 0
-	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
-}
-
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
-}
-
-// sizeBytes is sizeString of a string held as bytes.
-func sizeBytes(num protowire.Number, s []byte) int {
+// sizeString is the size of a proto3 string or bytes field: nothing when
+// empty.
+func sizeString[T string | []byte](num protowire.Number, s T) int {
 	if len(s) == 0 {
 		return 0
 	}
 	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
 }
 
-func appendBytes(b []byte, num protowire.Number, s []byte) []byte {
+func appendString[T string | []byte](b []byte, num protowire.Number, s T) []byte {
 	if len(s) == 0 {
 		return b
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, s)
+	b = protowire.AppendVarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 // sizeVarint is the size of a proto3 integer or enum field: nothing when 0.
