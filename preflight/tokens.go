@@ -50,11 +50,10 @@ func (t *tokens) Token() (json.Token, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Strings, the next token's kind '"', are str's.
 	switch k := tok.Kind(); k {
 	case '{', '}', '[', ']':
 		return json.Delim(k), nil
-	case '"':
-		return tok.String(), nil
 	case '0':
 		return json.Number(tok.String()), nil
 	case 't':
