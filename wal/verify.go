@@ -42,71 +42,20 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 		// again (resident.go).
 		db.advise(tx.btx, true)
 		defer db.advise(tx.btx, false)
-		var prev chainPoint
+		w := chainWalk{tx: tx, rep: &rep, audit: tx.btx.Bucket(bucketAudit)}
 		if v := tx.btx.Bucket(bucketMeta).Get(keyBase); v != nil {
-			if err := json.Unmarshal(v, &prev); err != nil {
+			if err := json.Unmarshal(v, &w.prev); err != nil {
 				return fmt.Errorf("%w: base: %v", ErrCorrupt, err)
 			}
 		}
-		audit := tx.btx.Bucket(bucketAudit)
-		indexed := 0 // frames with an audit id, each found in the index
-		// Binding records and consumed markers found to agree with their
-		// frames during the walk, each once (see matchedIndexes).
-		var bindingsOK, markersOK int
 		c := tx.btx.Bucket(bucketFrames).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			seq := uint64(0)
-			if len(k) == 8 {
-				seq = binary.BigEndian.Uint64(k)
-			}
-			if rep.FirstSeq == 0 {
-				rep.FirstSeq = seq
-			}
-			rep.LastSeq = seq
-			bad := func(problem string) error {
-				rep.BadSeq, rep.Problem = seq, problem
+			if !w.frame(k, v) {
 				return nil
 			}
-			f, err := DecodeFrame(v)
-			switch {
-			case len(k) != 8:
-				return bad("malformed key")
-			case err != nil:
-				return bad(err.Error())
-			case f.Seq != seq:
-				return bad(fmt.Sprintf("frame says seq %d under key %d", f.Seq, seq))
-			case seq != prev.Seq+1:
-				return bad(fmt.Sprintf("seq %d follows %d", seq, prev.Seq))
-			case f.PrevHash != prev.Hash:
-				return bad("prev_hash does not match the previous frame's hash")
-			case !f.hashMatches():
-				return bad("hash does not match the frame's contents")
-			}
-			switch f.Kind {
-			case KindConsumed:
-				problem, matched := tx.checkConsumedFrame(f)
-				if problem != "" {
-					return bad(problem)
-				}
-				if matched {
-					markersOK++
-				}
-			case KindPreflight:
-				if tx.bindingAgrees(f) {
-					bindingsOK++
-				}
-			}
-			if f.AuditID != "" {
-				if !hasKey(audit, auditKey(f.AuditID, f.Seq)) {
-					return bad(fmt.Sprintf("the audit index has no entry for this frame: audit id %s would not list it", f.AuditID))
-				}
-				indexed++
-			}
-			rep.Frames++
-			prev = chainPoint{Seq: f.Seq, Hash: f.Hash}
 			if rep.Frames%verifyRelease == 0 {
 				// The pages read so far are not read again: released, the
 				// walk leaves no more than a stretch of the file mapped
@@ -114,32 +63,110 @@ func (db *DB) Verify(ctx context.Context) (VerifyReport, error) {
 				_ = db.releaseIn(tx.btx)
 			}
 		}
-		var head chainPoint
-		if v := tx.btx.Bucket(bucketMeta).Get(keyHead); v != nil {
-			if err := json.Unmarshal(v, &head); err != nil {
-				return fmt.Errorf("%w: head: %v", ErrCorrupt, err)
-			}
-		}
-		if head.Seq != prev.Seq || head.Hash != prev.Hash {
-			rep.BadSeq, rep.Problem = prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, prev.Seq)
-			return nil
-		}
-		if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), bindingsOK); err != nil {
-			return err
-		} else if !all {
-			if err := tx.verifyBindings(ctx, &rep); err != nil || !rep.OK() {
-				return err
-			}
-		}
-		if err := tx.verifyAuditIndex(ctx, indexed, &rep); err != nil || !rep.OK() {
-			return err
-		}
-		if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), markersOK); err != nil || all {
-			return err
-		}
-		return tx.verifyMarkers(ctx, &rep)
+		return w.indexes(ctx)
 	})
 	return rep, err
+}
+
+// chainWalk is Verify's walk of the frames in seq order.
+type chainWalk struct {
+	tx    *Tx
+	rep   *VerifyReport
+	audit *bolt.Bucket
+	prev  chainPoint // the last frame checked, or the log's base
+	// indexed counts the frames with an audit id, each found in the index.
+	indexed int
+	// bindingsOK and markersOK count the binding records and consumed
+	// markers found to agree with their frames, each once (see
+	// allMatched).
+	bindingsOK, markersOK int
+}
+
+// frame checks the frame stored as v under key k against the chain so
+// far and the indexes that name it. It reports false at the first break,
+// recorded in the report.
+func (w *chainWalk) frame(k, v []byte) bool {
+	seq := uint64(0)
+	if len(k) == 8 {
+		seq = binary.BigEndian.Uint64(k)
+	}
+	if w.rep.FirstSeq == 0 {
+		w.rep.FirstSeq = seq
+	}
+	w.rep.LastSeq = seq
+	bad := func(problem string) bool {
+		w.rep.BadSeq, w.rep.Problem = seq, problem
+		return false
+	}
+	f, err := DecodeFrame(v)
+	switch {
+	case len(k) != 8:
+		return bad("malformed key")
+	case err != nil:
+		return bad(err.Error())
+	case f.Seq != seq:
+		return bad(fmt.Sprintf("frame says seq %d under key %d", f.Seq, seq))
+	case seq != w.prev.Seq+1:
+		return bad(fmt.Sprintf("seq %d follows %d", seq, w.prev.Seq))
+	case f.PrevHash != w.prev.Hash:
+		return bad("prev_hash does not match the previous frame's hash")
+	case !f.hashMatches():
+		return bad("hash does not match the frame's contents")
+	}
+	switch f.Kind {
+	case KindConsumed:
+		problem, matched := w.tx.checkConsumedFrame(f)
+		if problem != "" {
+			return bad(problem)
+		}
+		if matched {
+			w.markersOK++
+		}
+	case KindPreflight:
+		if w.tx.bindingAgrees(f) {
+			w.bindingsOK++
+		}
+	}
+	if f.AuditID != "" {
+		if !hasKey(w.audit, auditKey(f.AuditID, f.Seq)) {
+			return bad(fmt.Sprintf("the audit index has no entry for this frame: audit id %s would not list it", f.AuditID))
+		}
+		w.indexed++
+	}
+	w.rep.Frames++
+	w.prev = chainPoint{Seq: f.Seq, Hash: f.Hash}
+	return true
+}
+
+// indexes checks, once every frame held, that the head record names the
+// last frame and that the binding records, the audit index and the
+// consumed markers hold nothing the frames do not account for.
+func (w *chainWalk) indexes(ctx context.Context) error {
+	tx, rep := w.tx, w.rep
+	var head chainPoint
+	if v := tx.btx.Bucket(bucketMeta).Get(keyHead); v != nil {
+		if err := json.Unmarshal(v, &head); err != nil {
+			return fmt.Errorf("%w: head: %v", ErrCorrupt, err)
+		}
+	}
+	if head != w.prev {
+		rep.BadSeq, rep.Problem = w.prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, w.prev.Seq)
+		return nil
+	}
+	if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), w.bindingsOK); err != nil {
+		return err
+	} else if !all {
+		if err := tx.verifyBindings(ctx, rep); err != nil || !rep.OK() {
+			return err
+		}
+	}
+	if err := tx.verifyAuditIndex(ctx, w.indexed, rep); err != nil || !rep.OK() {
+		return err
+	}
+	if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), w.markersOK); err != nil || all {
+		return err
+	}
+	return tx.verifyMarkers(ctx, rep)
 }
 
 // The binding records and consumed markers are checked against their
