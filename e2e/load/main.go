@@ -179,68 +179,8 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))}
 	printSettings(out, cfg, rep)
 
-	// The store's floor, measured between the serial consumes.
-	least, err := newLeastWriter(filepath.Join(work, "least"))
-	if err != nil {
-		return nil, err
-	}
-	defer least.close()
-
-	floors, faddrs, err := startFloors()
-	if err != nil {
-		return nil, err
-	}
-	defer floors.stop()
 	cl := newClient()
-	floorAC, floorConn, err := cl.dial(faddrs.GRPC)
-	if err != nil {
-		return nil, err
-	}
-	defer floorConn.Close()
-
-	var opa *opaPair
-	if cfg.opaEnvoy != "" {
-		if opa, err = startOPAPair(ctx, cl, cfg.opaEnvoy, filepath.Join(work, "opa-envoy")); err != nil {
-			return nil, err
-		}
-		defer opa.close()
-	} else {
-		fmt.Fprintln(out, "opa-envoy rows skipped: no -opa-envoy binary given")
-	}
-
-	// The main run: floors and the service on an empty WAL, interleaved per
-	// concurrency so that both see the same machine.
-	svc, err := newService(ctx, cfg, cl, filepath.Join(work, "empty"), true)
-	if err != nil {
-		return nil, err
-	}
-	svc.least = least
-	floorHTTP := "http://" + faddrs.HTTP
-	for _, conc := range cfg.conc {
-		measureFloors(ctx, rep, out, cl, floors, floorAC, floorHTTP, conc, cfg.duration)
-		if opa != nil {
-			opa.measure(ctx, rep, out, cl, conc, cfg.duration)
-		}
-		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
-		if err := svc.scenarios(ctx, rep, out, targetService, conc, floorRate); err != nil {
-			svc.close()
-			return nil, err
-		}
-	}
-	if len(least.lat) > 0 {
-		rep.add(out, targetStore, scBoltWrite, least.result())
-	}
-	rep.Memory, err = rss(svc.proc.pid())
-	if err != nil {
-		svc.close()
-		return nil, err
-	}
-	fmt.Fprintf(out, "service memory after the runs: %s\n", rep.Memory)
-	if opa != nil {
-		rep.OPADecisionLogBytes = opa.decisionLogBytes()
-		fmt.Fprintf(out, "opa-envoy's decision log: %d bytes written\n", rep.OPADecisionLogBytes)
-	}
-	if err := svc.close(); err != nil {
+	if err := mainRun(ctx, cfg, cl, rep, out, work); err != nil {
 		return nil, err
 	}
 
@@ -272,6 +212,73 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// mainRun measures the floors, OPA-Envoy when given, and the service on an
+// empty WAL, concurrency by concurrency, with the least durable write
+// measured between the serial consumes; then the service's memory.
+func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.Writer, work string) error {
+	// The store's floor, measured between the serial consumes.
+	least, err := newLeastWriter(filepath.Join(work, "least"))
+	if err != nil {
+		return err
+	}
+	defer least.close()
+
+	floors, faddrs, err := startFloors()
+	if err != nil {
+		return err
+	}
+	defer floors.stop()
+	floorAC, floorConn, err := cl.dial(faddrs.GRPC)
+	if err != nil {
+		return err
+	}
+	defer floorConn.Close()
+
+	var opa *opaPair
+	if cfg.opaEnvoy != "" {
+		if opa, err = startOPAPair(ctx, cl, cfg.opaEnvoy, filepath.Join(work, "opa-envoy")); err != nil {
+			return err
+		}
+		defer opa.close()
+	} else {
+		fmt.Fprintln(out, "opa-envoy rows skipped: no -opa-envoy binary given")
+	}
+
+	// The main run: floors and the service on an empty WAL, interleaved per
+	// concurrency so that both see the same machine.
+	svc, err := newService(ctx, cfg, cl, filepath.Join(work, "empty"), true)
+	if err != nil {
+		return err
+	}
+	svc.least = least
+	floorHTTP := "http://" + faddrs.HTTP
+	for _, conc := range cfg.conc {
+		measureFloors(ctx, rep, out, cl, floors, floorAC, floorHTTP, conc, cfg.duration)
+		if opa != nil {
+			opa.measure(ctx, rep, out, cl, conc, cfg.duration)
+		}
+		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
+		if err := svc.scenarios(ctx, rep, out, targetService, conc, floorRate); err != nil {
+			svc.close()
+			return err
+		}
+	}
+	if len(least.lat) > 0 {
+		rep.add(out, targetStore, scBoltWrite, least.result())
+	}
+	rep.Memory, err = rss(svc.proc.pid())
+	if err != nil {
+		svc.close()
+		return err
+	}
+	fmt.Fprintf(out, "service memory after the runs: %s\n", rep.Memory)
+	if opa != nil {
+		rep.OPADecisionLogBytes = opa.decisionLogBytes()
+		fmt.Fprintf(out, "opa-envoy's decision log: %d bytes written\n", rep.OPADecisionLogBytes)
+	}
+	return svc.close()
 }
 
 // printSettings prints what the run measures on: the machine and the
