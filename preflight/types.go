@@ -102,12 +102,14 @@ type Decision struct {
 
 // Result is one row of contract_results or clause_results.
 type Result struct {
-	Contract    string         `json:"contract"`
-	Outcome     RowOutcome     `json:"outcome"`
-	Severity    Severity       `json:"severity"`
-	Reason      string         `json:"reason"`
-	RepairHints []Hint         `json:"repair_hints"`
-	Evidence    map[string]any `json:"evidence"`
+	Contract    string     `json:"contract"`
+	Outcome     RowOutcome `json:"outcome"`
+	Severity    Severity   `json:"severity"`
+	Reason      string     `json:"reason"`
+	RepairHints []Hint     `json:"repair_hints"`
+	// Evidence is read-only once the row is made: the rows of a contract
+	// with nothing to check share one map across every decision.
+	Evidence map[string]any `json:"evidence"`
 }
 
 // Hint is a repair hint: Field is a JSON Pointer into the PreflightRequest.
