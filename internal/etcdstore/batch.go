@@ -17,12 +17,12 @@ const (
 )
 
 // inFlight is how many shared transactions of one kind may be in flight at
-// once: while one commits, the next gathers the calls that arrive
-// meanwhile.
+// once, unless a batcher says otherwise (startSenders): while one commits,
+// the next gathers the calls that arrive meanwhile.
 const inFlight = 2
 
 // batcher queues the requests of concurrent calls and sends them in shared
-// etcd transactions (group commit), up to inFlight at once. A sender that
+// etcd transactions (group commit), up to its senders at once. A sender that
 // is free takes what waits at once, with no timer: a lone call waits one
 // round trip, as with a transaction of its own, and a crowd shares a
 // transaction per round trip. A call that waits for its answer anyway
@@ -31,6 +31,8 @@ const inFlight = 2
 // waits while every sender is busy.
 type batcher[T any] struct {
 	bg context.Context
+	// senders bounds the batches in flight at once.
+	senders int
 	// split divides the queue into what one transaction takes and what
 	// waits for a later one, each in the queue's order.
 	split func(pending []T) (batch, rest []T)
@@ -46,11 +48,18 @@ type batcher[T any] struct {
 	wake    chan struct{}
 }
 
-// startBatcher starts the background senders of a batcher; they run until
-// bg is done, and answer what is still queued then with fail.
+// startBatcher starts the background senders of a batcher of inFlight
+// senders; they run until bg is done, and answer what is still queued
+// then with fail.
 func startBatcher[T any](bg context.Context, split func([]T) ([]T, []T), send func(context.Context, []T), fail func(T, error)) *batcher[T] {
-	b := &batcher[T]{bg: bg, split: split, send: send, fail: fail, wake: make(chan struct{}, 1)}
-	for range inFlight {
+	return startSenders(bg, inFlight, split, send, fail)
+}
+
+// startSenders is startBatcher with n senders: at most n batches in
+// flight at once.
+func startSenders[T any](bg context.Context, n int, split func([]T) ([]T, []T), send func(context.Context, []T), fail func(T, error)) *batcher[T] {
+	b := &batcher[T]{bg: bg, senders: n, split: split, send: send, fail: fail, wake: make(chan struct{}, 1)}
+	for range n {
 		go b.run()
 	}
 	return b
@@ -64,7 +73,7 @@ func (b *batcher[T]) add(r T) {
 	b.signal()
 }
 
-// addAndSend queues r and, when fewer than inFlight batches are in flight,
+// addAndSend queues r and, when fewer batches than senders are in flight,
 // sends what waits (r among it) from the calling goroutine before it
 // returns; otherwise a sender takes r when it is done. A batch of r alone
 // is sent under a context that ctx's end cancels too: the caller that
@@ -73,7 +82,7 @@ func (b *batcher[T]) add(r T) {
 func (b *batcher[T]) addAndSend(ctx context.Context, r T) {
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
-	if b.sending >= inFlight {
+	if b.sending >= b.senders {
 		b.mu.Unlock()
 		return
 	}
@@ -114,17 +123,17 @@ func (b *batcher[T]) take() []T {
 }
 
 // next removes from the queue the requests of one transaction and counts
-// it in flight; nil when none waits or inFlight batches are in flight
+// it in flight; nil when none waits or every sender's batch is in flight
 // (the sender that ends one looks again).
 func (b *batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.pending) == 0 || b.sending >= inFlight {
+	if len(b.pending) == 0 || b.sending >= b.senders {
 		return nil
 	}
 	b.sending++
 	batch := b.take()
-	if len(b.pending) > 0 && b.sending < inFlight {
+	if len(b.pending) > 0 && b.sending < b.senders {
 		b.signal()
 	}
 	return batch

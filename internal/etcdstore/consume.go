@@ -199,8 +199,8 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	known := &seenState{bound: true, markers: map[int]marker{}}
 	for range len(r.Binding.Steps) + 1 {
 		a := s.newAttempt(id, try, m, value)
-		s.consumes.addAndSend(ctx, a)
-		ans, err := await(ctx, s.consumes, a.done)
+		s.txns.addAndSend(ctx, part{a: a})
+		ans, err := await(ctx, s.txns, a.done)
 		if err == nil {
 			err = ans.err
 		}
@@ -232,7 +232,7 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 }
 
 // attempt is one call's try to take a step's marker, waiting for a
-// transaction of the consumes' batcher.
+// shared write transaction (txns.go).
 type attempt struct {
 	id    string // the preflight id
 	key   string // the marker's key
@@ -240,7 +240,7 @@ type attempt struct {
 	m     marker
 	bytes int // what the attempt adds to a transaction
 	// leader is the attempt on the same key whose sub-transaction this one
-	// shares the answer of, nil when it has its own (splitAttempts).
+	// shares the answer of, nil when it has its own (splitParts).
 	leader *attempt
 	answer attemptAnswer // a leader's, once its transaction answered
 	done   chan attemptAnswer
@@ -263,96 +263,13 @@ func (s *Store) newAttempt(id string, step int, m marker, value []byte) *attempt
 	return a
 }
 
-// startConsumer starts the batcher of the consumes' marker transactions.
-func (s *Store) startConsumer() *batcher[*attempt] {
-	return startBatcher(s.bg, splitAttempts, s.sendAttempts,
-		func(a *attempt, err error) { a.done <- attemptAnswer{err: err} })
-}
-
-// maxAttempts bounds the sub-transactions of one transaction: etcd allows
-// a nested transaction --max-txn-ops less its parent's operations at each
-// level, and an attempt's has two (two compares, or two reads).
-const maxAttempts = maxTxnOps - 2
-
-// splitAttempts takes, in the queue's order, attempts on up to maxAttempts
-// distinct marker keys within maxTxnBytes, and every other attempt queued
-// on one of those keys. etcd refuses a transaction that puts one key
-// twice, even in exclusive branches of sibling sub-transactions, so one
-// attempt per key (its leader) has a sub-transaction and the others share
-// its answer: when the leader's marker is put, the step is taken for them;
-// when it fails, its reads are theirs. They were queued before the
-// transaction was sent, so its answer is one they may be given.
-func splitAttempts(pending []*attempt) (batch, rest []*attempt) {
-	leaders := map[string]*attempt{}
-	n, size, full := 0, 0, false
-	for _, a := range pending {
-		if l, ok := leaders[a.key]; ok {
-			a.leader = l
-			batch = append(batch, a)
-			continue
-		}
-		if n > 0 && (full || n+1 > maxAttempts || size+a.bytes > maxTxnBytes) {
-			full = true
-			rest = append(rest, a)
-			continue
-		}
-		a.leader = nil
-		leaders[a.key] = a
-		n, size = n+1, size+a.bytes
-		batch = append(batch, a)
-	}
-	return batch, rest
-}
-
-// sendAttempts sends the attempts of batch in one transaction of one
-// sub-transaction per leader (doc.go, "Consume-once"), each decided on
-// its own in etcd, and answers every attempt. An etcd error fails them
-// all.
-func (s *Store) sendAttempts(ctx context.Context, batch []*attempt) {
-	var leaders []*attempt
-	for _, a := range batch {
-		if a.leader == nil {
-			leaders = append(leaders, a)
-		}
-	}
-	var resp *clientv3.TxnResponse
-	err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, len(leaders))
-		for i, a := range leaders {
-			ops[i] = clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
-					clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)},
-				[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
-				s.readOps(a.id))
-		}
-		octx, cancel := s.opCtx(ctx)
-		defer cancel()
-		var err error
-		resp, err = s.cli.Txn(octx).Then(ops...).Commit()
-		return s.seen(octx, err)
-	})
-	if err == nil && len(resp.Responses) != len(leaders) {
-		err = fmt.Errorf("%w: %d answers to %d consumes", ErrUnavailable, len(resp.Responses), len(leaders))
-	}
-	for i, a := range leaders {
-		a.answer = attemptAnswer{err: err}
-		if err != nil {
-			continue
-		}
-		switch t := resp.Responses[i].GetResponseTxn(); {
-		case t == nil:
-			a.answer.err = fmt.Errorf("%w: a consume's answer is no transaction", ErrUnavailable)
-		case t.Succeeded:
-			a.answer.put = a
-		default:
-			a.answer.seen = t.Responses
-		}
-	}
-	for _, a := range batch {
-		if a.leader != nil {
-			a.done <- a.leader.answer
-		} else {
-			a.done <- a.answer
-		}
-	}
+// attemptOp is a's sub-transaction (doc.go, "Consume-once"): the marker
+// put under lease when the key is free and the binding there, else the
+// binding's and markers' reads.
+func (s *Store) attemptOp(a *attempt, lease clientv3.LeaseID) clientv3.Op {
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)},
+		[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
+		s.readOps(a.id))
 }

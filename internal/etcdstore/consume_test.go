@@ -123,16 +123,17 @@ func TestConsumeCallerGivingUp(t *testing.T) {
 // TestSplitAttempts: one transaction carries one attempt per marker key,
 // the others on that key ride with it, and at most maxAttempts keys.
 func TestSplitAttempts(t *testing.T) {
-	var pending []*attempt
+	var pending []part
 	for i := range maxAttempts + 10 {
-		pending = append(pending, &attempt{key: fmt.Sprintf("k%d", i), bytes: 100})
+		pending = append(pending, part{a: &attempt{key: fmt.Sprintf("k%d", i), bytes: 100}})
 		if i%2 == 0 {
-			pending = append(pending, &attempt{key: "same", bytes: 100})
+			pending = append(pending, part{a: &attempt{key: "same", bytes: 100}})
 		}
 	}
-	batch, rest := splitAttempts(pending)
+	batch, rest := splitParts(pending)
 	keys := map[string]bool{}
-	for _, a := range batch {
+	for _, p := range batch {
+		a := p.a
 		if a.leader == nil {
 			if keys[a.key] {
 				t.Fatalf("key %s has two leaders in one batch", a.key)
@@ -148,10 +149,55 @@ func TestSplitAttempts(t *testing.T) {
 	if len(batch)+len(rest) != len(pending) {
 		t.Errorf("split %d into %d and %d", len(pending), len(batch), len(rest))
 	}
-	for _, a := range rest {
-		if keys[a.key] {
-			t.Errorf("attempt on %s left behind though its key is in the batch", a.key)
+	for _, p := range rest {
+		if keys[p.a.key] {
+			t.Errorf("attempt on %s left behind though its key is in the batch", p.a.key)
 		}
+	}
+}
+
+// TestSplitAttemptsAndCopies: attempts and copies share a transaction
+// whose top-level operations (an attempt's sub-transaction, a copy's put,
+// the copy index) leave room for the attempts' two levels, and the queue's
+// order is kept.
+func TestSplitAttemptsAndCopies(t *testing.T) {
+	var pending []part
+	for i := range 100 {
+		if i%3 == 0 {
+			pending = append(pending, part{a: &attempt{key: fmt.Sprintf("k%d", i), bytes: 100}})
+		} else {
+			pending = append(pending, part{c: &copyRequest{frames: make([]wal.Frame, 2), bytes: 1000}})
+		}
+	}
+	batch, rest := splitParts(pending)
+	ops, attempts, copies := 0, 0, 0
+	for _, p := range batch {
+		if p.a != nil {
+			attempts++
+			ops++
+		} else {
+			copies++
+			ops += len(p.c.frames)
+		}
+	}
+	ops++ // the copy index
+	if attempts == 0 || copies == 0 {
+		t.Fatalf("batch of %d attempts and %d copies, want both", attempts, copies)
+	}
+	if ops > maxAttempts {
+		t.Errorf("batch of %d top-level operations with attempts, want at most %d", ops, maxAttempts)
+	}
+	if ops < maxAttempts-2 {
+		t.Errorf("batch of %d top-level operations, want it full (%d)", ops, maxAttempts)
+	}
+	if len(batch)+len(rest) != len(pending) || batch[len(batch)-1] != pending[len(batch)-1] {
+		t.Errorf("split %d into %d and %d, not a prefix", len(pending), len(batch), len(rest))
+	}
+	// A copy alone too large for the bound still goes, alone.
+	big := part{c: &copyRequest{frames: make([]wal.Frame, maxTxnOps+1)}}
+	batch, rest = splitParts([]part{big, pending[0]})
+	if len(batch) != 1 || len(rest) != 1 {
+		t.Errorf("a copy too large split into %d and %d, want it alone", len(batch), len(rest))
 	}
 }
 

@@ -37,23 +37,41 @@
 // the step stays spent: a retry under the same request id is Repeated.
 //
 // The sub-transactions of a replica's concurrent consumes share one etcd
-// transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later),
-// as the frame copies do (batch.go: no timer, two in flight, so a lone
-// consume waits one round trip). etcd decides each sub-transaction on its
-// own within the one raft entry, so a taken marker fails only its own
-// attempt. etcd refuses a transaction that puts one key twice, even in
+// transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later)
+// with the frame copies that wait when it is sent (txns.go: no timer, one
+// in flight, so a lone consume waits one round trip; a busy replica sends
+// one transaction, one raft entry, per round trip instead of one of each
+// kind). etcd decides each sub-transaction on its own within the one raft
+// entry, so a taken marker fails only its own attempt. etcd refuses a transaction that puts one key twice, even in
 // exclusive branches of sibling sub-transactions, so a transaction carries
 // one attempt per marker key, and the other attempts queued on that key
 // before it was sent take its answer: the leader's marker put means the
 // step is taken for them (Repeated when it is their own request id and
-// call), its failure gives them its reads. At most 126 sub-transactions
-// and 1 MiB go in one: etcd allows a nested transaction --max-txn-ops (128
-// by default) less its parent's operations, and each has two. An etcd error fails every attempt of
-// the transaction (503). A consume whose batcher has a sender free sends
-// the batch from its own goroutine (a lone consume wakes no other
-// goroutine); a batch of more than its own attempt is sent under the
+// call), its failure gives them its reads. Marker, copy and copy index
+// keys never meet. A transaction with a sub-transaction has at most 126
+// top-level operations (sub-transactions, copy puts, the copy index) and
+// 1 MiB: etcd allows a nested transaction --max-txn-ops (128 by default)
+// less its parent's operations, and each has two. An etcd error fails
+// every attempt (503) and every copy of the transaction (as a copy
+// transaction of its own would). A consume whose batcher has its sender
+// free sends the batch from its own goroutine (a lone consume wakes no
+// other goroutine); a batch of more than its own attempt is sent under the
 // store's context, so one caller's deadline ends that caller's wait, not
-// the others' attempts.
+// the others' attempts; so is every batch with a copy.
+//
+// The compare on the binding's key makes etcd read the binding's whole
+// value (a compare reads the key's record; the Else branch's count-only
+// range does not). It stays: record_ttl >= binding_window (config
+// validation) makes the record of a binding that was recorded and has not
+// expired certain (the cache of recent bindings relies on it), but the
+// store is not told that the binding it is handed was recorded, and a
+// consume of a binding etcd does not hold (never recorded, or removed by
+// an operator or a restore) must answer Gone, not spend a step (the
+// state contract, statetest's consumeSteps); without the compare etcd
+// would put the marker. A small key put with the binding under its lease
+// would give the same guarantee for a smaller read, at one more put and
+// key per preflight.
+//
 // A peek (what a consume would do, without writing) reads the binding's
 // key and markers; concurrent peeks read side by side in one read-only
 // transaction, which etcd serves without a raft entry.
@@ -62,8 +80,9 @@
 //
 // Each replica writes every frame to its own hash-chained WAL and a copy
 // to P f/…, both durable before the answer that depends on them; the
-// copies of concurrent calls share transactions (batch.go: up to 127
-// copies and the copy index, or 1 MiB, two in flight), so a lone call
+// copies of concurrent calls share transactions, with the consumes'
+// marker sub-transactions (txns.go: up to 127 copies and the copy index,
+// fewer beside sub-transactions, or 1 MiB, one in flight), so a lone call
 // waits one round trip and a busy replica sends far fewer requests than
 // calls. GET /v1/audit reads the copies of every replica (and the local
 // log, for frames whose copies expired), so it answers the same on every

@@ -16,7 +16,7 @@ import (
 
 // copyFrames writes copies of frames this replica logged, so every
 // replica's audit join has them, and returns once they are committed. The
-// copies of concurrent calls share transactions (batcher): one call alone
+// copies of concurrent calls share transactions (txns.go): one call alone
 // waits for one round trip, as with a transaction of its own.
 func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
@@ -66,13 +66,13 @@ func (s *Store) startCopy(baseSeq uint64, baseHash string, frames []wal.Frame, s
 	for i := range frames {
 		req.bytes += copyBytes(&frames[i])
 	}
-	s.copies.add(req)
+	s.txns.add(part{c: req})
 	return req
 }
 
 // copied waits for req's copy transaction.
 func (s *Store) copied(ctx context.Context, req *copyRequest) error {
-	if _, err := await(ctx, s.copies, req.done); err != nil {
+	if _, err := await(ctx, s.txns, req.done); err != nil {
 		// The copy may still commit; the caller answers 503 either way.
 		return err
 	}
@@ -106,29 +106,6 @@ func (r *copyRequest) end(err error) {
 	close(r.done)
 }
 
-// startCopier starts the batcher of the copies: a transaction takes the
-// oldest call's frames, then the next calls' while they and the copy
-// index fit in maxTxnOps puts and maxTxnBytes.
-func (s *Store) startCopier() *batcher[*copyRequest] {
-	return startBatcher(s.bg,
-		func(p []*copyRequest) ([]*copyRequest, []*copyRequest) {
-			batch, rest := splitPrefix(p, func(r *copyRequest) (int, int) { return len(r.frames), r.bytes })
-			if len(batch) > 1 && countFrames(batch)+1 > maxTxnOps {
-				// No room left for the copy index: the last call waits.
-				rest = append([]*copyRequest{batch[len(batch)-1]}, rest...)
-				batch = batch[:len(batch)-1]
-			}
-			return batch, rest
-		},
-		func(_ context.Context, batch []*copyRequest) {
-			err := s.writeCopies(batch)
-			for _, r := range batch {
-				r.end(err)
-			}
-		},
-		(*copyRequest).end)
-}
-
 // countFrames is how many frames the requests carry.
 func countFrames(rs []*copyRequest) int {
 	n := 0
@@ -138,12 +115,20 @@ func countFrames(rs []*copyRequest) int {
 	return n
 }
 
-// writeCopies puts the frames of batch in one transaction, with the copy
-// index that names them (copyIndex).
-func (s *Store) writeCopies(batch []*copyRequest) error {
+// copyWrite is the puts of a batch's frame copies and of the copy index
+// that names them (copyIndex), encoded once, before the lease is known:
+// a retry under a new lease sends the same bytes.
+type copyWrite struct {
+	keys   []string // the copies' keys, then the index's
+	values []string
+}
+
+// encodeCopies encodes the copies of batch and their index, and names
+// the index in every request of batch.
+func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 	n := countFrames(batch)
 	idx := copyIndex{Frames: make([]string, 0, n)}
-	values := make([]string, 0, n)
+	values := make([]string, 0, n+1)
 	var last uint64
 	for _, r := range batch {
 		if r.baseSeq >= idx.BaseSeq {
@@ -165,19 +150,15 @@ func (s *Store) writeCopies(batch []*copyRequest) error {
 		r.index = key
 	}
 	v, _ := json.Marshal(&idx)
-	// The copies are encoded once, before the lease is known: a retry
-	// under a new lease sends the same bytes.
-	return s.withLease(s.bg, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, 0, n+1)
-		for i, k := range idx.Frames {
-			ops = append(ops, clientv3.OpPut(k, values[i], clientv3.WithLease(lease)))
-		}
-		ops = append(ops, clientv3.OpPut(key, string(v), clientv3.WithLease(lease)))
-		octx, cancel := s.opCtx(s.bg)
-		defer cancel()
-		_, err := s.cli.Txn(octx).Then(ops...).Commit()
-		return s.seen(octx, err)
-	})
+	return &copyWrite{keys: append(idx.Frames, key), values: append(values, string(v))}
+}
+
+// ops appends the puts of w under lease to ops.
+func (w *copyWrite) ops(ops []clientv3.Op, lease clientv3.LeaseID) []clientv3.Op {
+	for i, k := range w.keys {
+		ops = append(ops, clientv3.OpPut(k, w.values[i], clientv3.WithLease(lease)))
+	}
+	return ops
 }
 
 // AppendDecision appends a frame to the replica's log and its copy to

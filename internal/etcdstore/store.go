@@ -85,12 +85,11 @@ type Store struct {
 	// and the senders of the batchers.
 	bg   context.Context
 	stop context.CancelFunc
-	// copies batches the frame copies of concurrent calls (frames.go),
-	// consumes their marker transactions and peeks their reads of markers
-	// (consume.go).
-	copies   *batcher[*copyRequest]
-	consumes *batcher[*attempt]
-	peeks    *batcher[*peekRequest]
+	// txns batches the consumes' marker sub-transactions (consume.go)
+	// and the frame copies (frames.go) of concurrent calls in shared
+	// transactions (txns.go); peeks their reads of markers.
+	txns  *batcher[part]
+	peeks *batcher[*peekRequest]
 	// writes batches the conditional writes of concurrent calls: the
 	// preflights' records (writes.go).
 	writes *batcher[*condWrite]
@@ -169,10 +168,9 @@ func Open(o Options) (*Store, error) {
 	s.cli = cli
 	s.bg, s.stop = context.WithCancel(context.Background())
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
-	s.copies = s.startCopier()
+	s.txns = s.startTxns()
 	s.dropWake = make(chan struct{}, 1)
 	go s.dropper()
-	s.consumes = s.startConsumer()
 	s.peeks = s.startPeeker()
 	s.writes = s.startWriter()
 	s.leases = leases{cli: cli, ttl: o.RecordTTL}
