@@ -67,8 +67,10 @@ type ConsumeRequest struct {
 	// DB.Consume calls it first, before queueing, with the result it
 	// expects (the first step r admits, consumed), so that the frame is
 	// encoded outside the commit loop, and again inside the commit only
-	// when the consume's result differs. Its last call has the consume's
-	// result; the frame written is the one built for that result.
+	// when the consume's result differs (etcdstore's lone consume, too,
+	// builds the frames of the step consumed before it knows). Its last
+	// call has the consume's result; the frame written is the one built
+	// for that result.
 	Decision func(ConsumeResult) FrameInput
 	// Held, when set, has true for each step (by index) this call may not
 	// consume: it waits for an approval not given (docs/API.md). Approvals

@@ -141,11 +141,8 @@ func (db *DB) Adopt(ctx context.Context, frames []Frame) error {
 
 // adopt appends f as it is, once it continues the chain.
 func (tx *Tx) adopt(f *Frame) error {
-	if !tx.writing {
-		return fmt.Errorf("wal: adopt in a read-only transaction")
-	}
-	if f.Seq != tx.head.Seq+1 || f.PrevHash != tx.head.Hash {
-		return fmt.Errorf("wal: adopt: frame %d does not continue the log at seq %d", f.Seq, tx.head.Seq)
+	if err := tx.continues(f); err != nil {
+		return fmt.Errorf("wal: adopt: %w", err)
 	}
 	if !f.hashMatches() {
 		return fmt.Errorf("%w: adopt: frame %d does not hash to its hash", ErrCorrupt, f.Seq)

@@ -563,17 +563,30 @@ func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 	if !tx.writing {
 		return Frame{}, nil, errors.New("wal: append in a read-only transaction")
 	}
-	attrs, err := encodeNamed(in.Attrs, tx.replica)
+	f, stored, err := chainFrame(in, *tx.head, tx.replica)
+	if err != nil {
+		return Frame{}, nil, err
+	}
+	if err := tx.put(&f, stored); err != nil {
+		return Frame{}, nil, err
+	}
+	return f, stored, nil
+}
+
+// chainFrame is the frame in makes appended after head by a log naming
+// replica, and the bytes the log stores for it.
+func chainFrame(in FrameInput, head chainPoint, replica string) (Frame, []byte, error) {
+	attrs, err := encodeNamed(in.Attrs, replica)
 	if err != nil {
 		return Frame{}, nil, err
 	}
 	f := Frame{
-		Seq:       tx.head.Seq + 1,
+		Seq:       head.Seq + 1,
 		Kind:      in.Kind,
 		Timestamp: in.Time.UTC().Format(TimestampFormat),
 		AuditID:   in.AuditID,
 		Attrs:     attrs.canonical,
-		PrevHash:  tx.head.Hash,
+		PrevHash:  head.Hash,
 	}
 	f.Hash = f.computeHash()
 	var stored []byte
@@ -581,9 +594,6 @@ func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 		stored = f.encodePacked(attrs.packed)
 	} else {
 		stored = f.encode()
-	}
-	if err := tx.put(&f, stored); err != nil {
-		return Frame{}, nil, err
 	}
 	return f, stored, nil
 }

@@ -106,6 +106,13 @@ func (b *batcher[T]) addAndSend(ctx context.Context, r T) {
 	}
 }
 
+// idle reports whether no request waits and no batch is in flight.
+func (b *batcher[T]) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sending == 0 && len(b.pending) == 0
+}
+
 // signal tells a free sender that requests wait.
 func (b *batcher[T]) signal() {
 	select {

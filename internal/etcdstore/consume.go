@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -165,10 +166,11 @@ func (s *Store) sendPeeks(ctx context.Context, batch []*peekRequest) {
 // the first matching step's marker, and on failure one more per step that
 // the answer shows free, each in a transaction shared with the replica's
 // concurrent consumes (doc.go, "Consume-once"). The frames follow the
-// marker: the replica's log, then their copies in etcd.
+// marker: the replica's log, then their copies in etcd; a lone consume
+// sends the copies with its first marker instead (consumeLone).
 func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
-	res, err := s.spend(ctx, &r)
-	if err != nil {
+	res, logged, err := s.decide(ctx, &r, true)
+	if err != nil || logged {
 		return res, err
 	}
 	_, err = s.logAndCopy(ctx, r.ConsumeFrames(res))
@@ -177,6 +179,15 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 
 // spend decides the consume in etcd.
 func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeResult, error) {
+	res, _, err := s.decide(ctx, r, false)
+	return res, err
+}
+
+// decide decides the consume in etcd. With lone set its first attempt
+// goes alone with the frames' copies when the consume is alone
+// (consumeLone), and logged then reports that the frames of the result
+// are in the log and in etcd.
+func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, lone bool) (res wal.ConsumeResult, logged bool, err error) {
 	id := r.Binding.PreflightID
 	try := -1
 	for i := range r.Binding.Steps {
@@ -188,7 +199,8 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	if try < 0 {
 		// No step of the kind: only the binding's existence decides
 		// between Gone and Mismatch.
-		return s.Peek(ctx, *r)
+		res, err := s.Peek(ctx, *r)
+		return res, false, err
 	}
 	m := marker{RequestID: r.RequestID, ArgsDigest: r.CallDigest,
 		At: r.Time.UTC().Format(wal.TimestampFormat), Replica: s.o.Replica}
@@ -199,17 +211,27 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	known := &seenState{bound: true, markers: map[int]marker{}}
 	for range len(r.Binding.Steps) + 1 {
 		a := s.newAttempt(id, try, m, value)
-		s.txns.addAndSend(ctx, part{a: a})
-		ans, err := await(ctx, s.txns, a.done)
-		if err == nil {
+		consumed := wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[try].ID, StepIndex: try}
+		ans, sent := attemptAnswer{}, false
+		if lone {
+			ans, sent = s.consumeLone(ctx, a, func() []wal.FrameInput { return r.ConsumeFrames(consumed) })
+			lone = false
+		}
+		if !sent {
+			s.txns.addAndSend(ctx, part{a: a})
+			ans, err = await(ctx, s.txns, a.done)
+			if err == nil {
+				err = ans.err
+			}
+		} else {
 			err = ans.err
 		}
 		if err != nil {
-			return wal.ConsumeResult{}, err
+			return wal.ConsumeResult{}, false, err
 		}
 		switch {
 		case ans.put == a:
-			return wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[try].ID, StepIndex: try}, nil
+			return consumed, sent, nil
 		case ans.put != nil:
 			// Another call of this replica took the step in the same
 			// transaction.
@@ -217,18 +239,86 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 		default:
 			st, err := s.decodeSeen(id, ans.seen)
 			if err != nil {
-				return wal.ConsumeResult{}, err
+				return wal.ConsumeResult{}, false, err
 			}
 			known.bound = st.bound
 			maps.Copy(known.markers, st.markers)
 		}
 		res := plan(r, known)
 		if res.Status != wal.Consumed {
-			return res, nil
+			return res, false, nil
 		}
 		try = res.StepIndex
 	}
-	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1}, nil
+	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1}, false, nil
+}
+
+// consumeLone sends attempt a of a consume that is alone (no shared write
+// transaction of the replica's in flight or waiting, txns.go, no commit of
+// its log running or waiting) in one transaction of its own that, if the marker
+// is taken, also puts the copies of the frames the consume then appends
+// (frames builds them) and their copy index: it takes the log's lead first, so the
+// frames' seqs and hashes are fixed before the commit (wal.Lead), and
+// commits them once etcd has taken the marker. It reports false, having
+// sent nothing, when the consume is not alone. A marker not taken lets go
+// of the lead (nothing was copied); an etcd error, which leaves the copies
+// maybe in etcd, and a failed local commit hold the log until the dropper
+// has deleted them, as a failed staged commit does (logAndCopy).
+func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal.FrameInput) (attemptAnswer, bool) {
+	if !s.txns.idle() {
+		return attemptAnswer{}, false
+	}
+	ins := frames()
+	lead, ok := s.log.TryLead()
+	if !ok {
+		return attemptAnswer{}, false
+	}
+	req := &copyRequest{done: make(chan struct{})}
+	fs, stored, err := lead.Stage(ins, func() { s.lose(req) })
+	if err != nil {
+		lead.Release()
+		return attemptAnswer{err: err}, true
+	}
+	req.frames, req.stored = fs, stored
+	req.baseSeq, req.baseHash = lead.Head()
+	cw := s.encodeCopies([]*copyRequest{req})
+	var resp *clientv3.TxnResponse
+	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
+		then := cw.ops([]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))}, lease)
+		octx, cancel := s.opCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = s.cli.Txn(octx).If(s.markerFree(a)...).Then(then...).Else(s.readOps(a.id)...).Commit()
+		return s.seen(octx, err)
+	})
+	close(req.done)
+	switch {
+	case err != nil:
+		lead.Lose()
+		s.wakeDropper()
+		return attemptAnswer{err: err}, true
+	case !resp.Succeeded:
+		lead.Release()
+		return attemptAnswer{seen: resp.Responses}, true
+	}
+	if s.afterSent != nil {
+		s.afterSent()
+	}
+	if err := lead.Commit(); err != nil {
+		if errors.Is(err, wal.ErrHeld) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		s.wakeDropper()
+		return attemptAnswer{err: err}, true
+	}
+	return attemptAnswer{put: a}, true
+}
+
+// markerFree are the comparisons of a's sub-transaction: its marker not
+// taken, its binding there.
+func (s *Store) markerFree(a *attempt) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)}
 }
 
 // attempt is one call's try to take a step's marker, waiting for a
@@ -267,9 +357,7 @@ func (s *Store) newAttempt(id string, step int, m marker, value []byte) *attempt
 // put under lease when the key is free and the binding there, else the
 // binding's and markers' reads.
 func (s *Store) attemptOp(a *attempt, lease clientv3.LeaseID) clientv3.Op {
-	return clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)},
+	return clientv3.OpTxn(s.markerFree(a),
 		[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
 		s.readOps(a.id))
 }

@@ -36,6 +36,27 @@
 // etcd; a failure there returns an error (the caller denies with 503), and
 // the step stays spent: a retry under the same request id is Repeated.
 //
+// A lone consume (no shared write transaction of the replica's in flight or
+// waiting, no commit of its log running or waiting) is one transaction.
+// It takes the log's lead first (wal.Lead: nothing else commits until it
+// lets go), fixes the frames it appends should it take the step (seq
+// head+1 on, prev_hash, hash: the bytes its commit then stores) and sends
+// its first marker's sub-transaction alone, the frames' copies and their
+// copy index (base: the head) in its Then branch:
+//
+//	If(CreateRevision(P c/id/step) = 0, CreateRevision(P b/id) > 0)
+//	Then(Put(P c/id/step), Put(P f/…) for each frame, Put(P r/<replica>/<last seq>))
+//	Else(Get(P b/id), Get(P c/id/ …))
+//
+// Once it commits, the log commits those frames and the allow is
+// answered: one round trip and the local commit, not a round trip, the
+// local commit and a copy's round trip beside it. A marker taken lets go
+// of the lead and goes on as above (Then did not run: nothing was
+// copied). An etcd error leaves the copies perhaps in etcd: the log is
+// held until they are deleted, as after a failed local commit (Frames).
+// Holding the lead keeps the replica's other writes waiting for the
+// round trip, so only a lone consume takes it.
+//
 // The sub-transactions of a replica's concurrent consumes share one etcd
 // transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later)
 // with the frame copies that wait when it is sent (txns.go: no timer, one
@@ -92,7 +113,8 @@
 // local log alone, which `autonomy wal check-store` reports.
 //
 // The copy of a consume's or a decision's frames is sent from inside the
-// log's commit (wal.DB.AppendStaged): once every write of the commit has
+// log's commit (wal.DB.AppendStaged; a lone consume's goes with its marker
+// before the commit, Consume-once): once every write of the commit has
 // run, the frames' seq, prev_hash and hash are final, and the copy's
 // transaction goes out while bbolt writes and fsyncs the file; the answer
 // waits for both, so a call pays the longer of the fsync and one round
@@ -101,7 +123,8 @@
 // chain the other replicas' audit join shows would fork from the
 // replica's own). Two cases, both closed:
 //
-//   - The local commit fails (a write error, not a crash): the log holds
+//   - The local commit fails (a write error, not a crash), or etcd's
+//     answer to a lone consume's transaction is an error: the log holds
 //     itself (wal.ErrHeld) before it answers any write of that commit, the
 //     call answers 503, and the store deletes the copies and their index
 //     in the background, once their own transaction has ended, retrying

@@ -180,3 +180,45 @@ func TestFailedCommitHeldUntilEtcdTakesTheDelete(t *testing.T) {
 	}
 	checkClean(t, a)
 }
+
+// TestLoneFailedLocalCommitLeavesNoCopy: TestFailedLocalCommitLeavesNoCopy
+// for a lone consume, whose frames' copies went with its marker: when the
+// local commit then fails, the consume fails, the log is held until the
+// copies are deleted, no replica's audit join shows the decision, and the
+// step stays spent (the same request id is Repeated, its decision taking
+// the failed commit's seq).
+func TestLoneFailedLocalCommitLeavesNoCopy(t *testing.T) {
+	prefix, dir := newPrefix(), t.TempDir()
+	a := open(t, "replica-a", prefix, dir)
+	defer closeStore(a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	ctx := context.Background()
+	bd := recordSteps(t, a, "pf_lone_failed", 1)
+	path, err := filepath.EvalSymlinks(filepath.Join(dir, wal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restore func()
+	a.afterSent = func() { restore = failingWrites(t, path) }
+	head, err := consumeLoneT(t, a, &bd, "req-failed")
+	a.afterSent = nil
+	if err == nil {
+		t.Fatal("lone consume whose local write failed: no error")
+	}
+	if restore == nil {
+		t.Fatal("the copies were not sent before the local commit")
+	}
+	restore()
+	waitReleased(t, a)
+	if got, err := b.AuditFrames(ctx, bd.AuditID); err != nil || len(got) != 1 || got[0].Kind != wal.KindPreflight {
+		t.Fatalf("another replica's audit join after the failed commit: %+v, %v; want the preflight alone", got, err)
+	}
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-failed")); err != nil || res.Status != wal.Repeated {
+		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
+	}
+	if fs := framesAfter(t, a, head); len(fs) != 1 || fs[0].Seq != head+1 {
+		t.Fatalf("frames after the failed commit: %+v; want the repeat's decision at seq %d", fs, head+1)
+	}
+	checkOnly(t, a, ProblemMarkerWithoutFrame)
+}

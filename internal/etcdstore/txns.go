@@ -21,7 +21,8 @@ type part struct {
 // markers of the consumes that arrived during the last one and the copies
 // of those it answered before; with two in flight a consume took about
 // twice the transactions (docs/PERFORMANCE.md). A lone call still sends
-// at once: its marker and its copy follow each other.
+// at once; a lone consume sends its marker and its copies in one
+// transaction of its own (consumeLone).
 const txnSenders = 1
 
 // startTxns starts the batcher of the shared write transactions: the

@@ -1,0 +1,278 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// consumeIn is a consume of b's step under request id req, with its
+// decision frame, as the gate makes it.
+func consumeIn(b *preflight.Binding, req string) wal.ConsumeRequest {
+	return wal.ConsumeRequest{Binding: b, Kind: "refund.create", ArgsDigest: "sha256:a", RequestID: req,
+		CallDigest: "sha256:call", Time: time.Now(),
+		Decision: func(r wal.ConsumeResult) wal.FrameInput {
+			return wal.FrameInput{Kind: wal.KindDecision, AuditID: b.AuditID, Time: time.Now(),
+				Attrs: map[string]any{"outcome": r.Status.String()}}
+		}}
+}
+
+// consumeLoneT consumes b's step under request id req as a lone consume:
+// one etcd request, whatever happens after it; it returns the consume's
+// the log's head before it and the consume's error.
+func consumeLoneT(t *testing.T, s *Store, b *preflight.Binding, req string) (uint64, error) {
+	t.Helper()
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	defer func() { s.cli.KV = kv.KV }()
+	head, _ := s.log.Head()
+	res, err := s.Consume(context.Background(), consumeIn(b, req))
+	if err == nil && res.Status != wal.Consumed {
+		t.Fatalf("lone consume: %v, want consumed", res.Status)
+	}
+	if n := kv.n.Load(); n != 1 {
+		t.Fatalf("lone consume sent %d etcd requests, want 1 (marker and copies in one)", n)
+	}
+	return head, err
+}
+
+// framesAfter are the log's frames past seq.
+func framesAfter(t *testing.T, s *Store, seq uint64) []wal.Frame {
+	t.Helper()
+	head, _ := s.log.Head()
+	var fs []wal.Frame
+	err := s.log.View(func(tx *wal.Tx) error {
+		for n := seq + 1; n <= head; n++ {
+			f, err := tx.Frame(n)
+			if err != nil {
+				return err
+			}
+			fs = append(fs, f)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// checkOnly fails the test unless the log verifies and check-store finds
+// no problem but those of the kinds allowed.
+func checkOnly(t *testing.T, s *Store, allowed ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if rep, err := s.log.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("wal verify: %+v, %v", rep, err)
+	}
+	rep, err := s.Check(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Problems {
+		if !slices.Contains(allowed, p.Problem) {
+			t.Fatalf("check-store: %+v", rep.Problems)
+		}
+	}
+}
+
+// TestLoneConsumeOneTransaction: a lone consume puts its marker and its
+// frames' copies in one transaction; the copies are the log's frames,
+// byte for byte, and every replica's audit join has the decision.
+func TestLoneConsumeOneTransaction(t *testing.T) {
+	prefix := newPrefix()
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	ctx := context.Background()
+	bd := recordSteps(t, a, "pf_lone", 1)
+	head, err := consumeLoneT(t, a, &bd, "req-lone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := framesAfter(t, a, head)
+	if len(fs) != 2 || fs[0].Kind != wal.KindConsumed || fs[1].Kind != wal.KindDecision {
+		t.Fatalf("the lone consume's frames: %+v; want its consumed and decision frames", fs)
+	}
+	for i := range fs {
+		resp, err := a.cli.Get(ctx, a.p.frame(fs[i].AuditID, "replica-a", fs[i].Seq))
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != string(wal.EncodeFrame(&fs[i])) {
+			t.Fatalf("copy of frame %d: %v, %v; want the frame as the log stores it", fs[i].Seq, resp.Kvs, err)
+		}
+	}
+	got, err := b.AuditFrames(ctx, bd.AuditID)
+	if err != nil || len(got) != 2 || got[1].Hash != fs[1].Hash {
+		t.Fatalf("another replica's audit join: %+v, %v; want the preflight and the decision", got, err)
+	}
+	if res, err := b.Consume(ctx, consumeIn(&bd, "req-other")); err != nil || res.Status != wal.Replay {
+		t.Fatalf("the step on another replica: %v, %v; want replay", res.Status, err)
+	}
+	checkClean(t, a)
+}
+
+// crashAfterLoneConsume is replica-a killed after a lone consume's
+// transaction (marker and copies) committed and before its frames reached
+// its disk: it returns the prefix, the data directory as the crash left
+// it (the log one commit short), the binding and the lost frames.
+func crashAfterLoneConsume(t *testing.T, id string) (prefix, crashed string, bd preflight.Binding, lost []wal.Frame) {
+	t.Helper()
+	prefix, dir := newPrefix(), t.TempDir()
+	a := open(t, "replica-a", prefix, dir)
+	bd = recordSteps(t, a, id, 1)
+	closeStore(a)
+	crashed = snapshotLog(t, dir)
+	a = open(t, "replica-a", prefix, dir)
+	defer closeStore(a)
+	head, err := consumeLoneT(t, a, &bd, "req-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, crashed, bd, framesAfter(t, a, head)
+}
+
+// TestLoneCrashCopiesAdopted: TestCrashCopiesAdopted for a lone consume's
+// frames, whose copies went with its marker: the reopened log takes them
+// up, the step is spent with its frames in both places, and the next
+// frame follows them.
+func TestLoneCrashCopiesAdopted(t *testing.T) {
+	ctx := context.Background()
+	prefix, crashed, bd, lost := crashAfterLoneConsume(t, "pf_lone_crash")
+	a := open(t, "replica-a", prefix, crashed)
+	defer closeStore(a)
+	if seq, hash := a.log.Head(); seq != lost[1].Seq || hash != lost[1].Hash {
+		t.Fatalf("reopened log's head: %d %s; want the adopted frame %d %s", seq, hash, lost[1].Seq, lost[1].Hash)
+	}
+	checkClean(t, a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	got, err := b.AuditFrames(ctx, bd.AuditID)
+	if err != nil || len(got) != 2 || got[1].Hash != lost[1].Hash {
+		t.Fatalf("another replica's audit join: %+v, %v; want the preflight and the adopted decision", got, err)
+	}
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-pf_lone_crash")); err != nil || res.Status != wal.Repeated {
+		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
+	}
+	if next := framesAfter(t, a, lost[1].Seq); len(next) != 1 || next[0].PrevHash != lost[1].Hash {
+		t.Fatalf("frames after the adopted ones: %+v; want the repeat's decision, following them", next)
+	}
+	checkClean(t, a)
+}
+
+// TestLoneCrashCopiesAfterGapDropped: TestCrashCopiesAfterGapDropped for
+// a lone consume's frames: with the first copy gone the others are
+// deleted with their index, and the log goes on from its own head.
+func TestLoneCrashCopiesAfterGapDropped(t *testing.T) {
+	ctx := context.Background()
+	prefix, crashed, bd, lost := crashAfterLoneConsume(t, "pf_lone_gap")
+	other := open(t, "replica-b", prefix, t.TempDir())
+	if _, err := other.cli.Delete(ctx, other.p.frame(bd.AuditID, "replica-a", lost[0].Seq)); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(other)
+	a := open(t, "replica-a", prefix, crashed)
+	defer closeStore(a)
+	if seq, _ := a.log.Head(); seq != lost[0].Seq-1 {
+		t.Fatalf("reopened log's head: %d; want %d, nothing adopted", seq, lost[0].Seq-1)
+	}
+	for _, k := range []string{a.p.frame(bd.AuditID, "replica-a", lost[1].Seq), a.p.copyIndex("replica-a", lost[1].Seq)} {
+		if resp, err := a.cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("%s after the open: %v, %v; want it deleted", k, resp.Kvs, err)
+		}
+	}
+	next, err := a.AppendDecision(ctx, decisionIn("au_after"))
+	if err != nil || next.Seq != lost[0].Seq {
+		t.Fatalf("next frame: seq %d, %v; want %d", next.Seq, err, lost[0].Seq)
+	}
+	// The step stays spent; its frames are gone with the crash.
+	checkOnly(t, a, ProblemMarkerWithoutFrame)
+}
+
+// lostAnswerKV is the client's KV whose next transaction, once armed,
+// commits in etcd and then answers an error: a lost answer, the outcome
+// unknown to the store.
+type lostAnswerKV struct {
+	clientv3.KV
+	armed atomic.Bool
+}
+
+func (k *lostAnswerKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lostAnswerTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type lostAnswerTxn struct {
+	clientv3.Txn
+	kv *lostAnswerKV
+}
+
+func (t *lostAnswerTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
+func (t *lostAnswerTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lostAnswerTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *lostAnswerTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.kv.armed.CompareAndSwap(true, false) {
+		return nil, context.DeadlineExceeded
+	}
+	return resp, err
+}
+
+// waitReleased waits until the log appends again: held until the dropper
+// has deleted the copies it may not have.
+func waitReleased(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for err := s.log.Probe(ctx); err != nil; err = s.log.Probe(ctx) {
+		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("probe after the lost frames: %v; want wal.ErrHeld until their copies are deleted", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLoneConsumeEtcdErrorDropsCopies: a lone consume whose transaction
+// committed but whose answer was lost fails (503) without logging its
+// frames; the log is held until their copies, which the transaction put,
+// are deleted, then appends again from the seqs they had, and the step
+// stays spent: the same request id is Repeated.
+func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
+	prefix := newPrefix()
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	ctx := context.Background()
+	bd := recordSteps(t, a, "pf_lone_lost", 1)
+	lk := &lostAnswerKV{KV: a.cli.KV}
+	lk.armed.Store(true)
+	a.cli.KV = lk
+	head, err := consumeLoneT(t, a, &bd, "req-lost")
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("lone consume whose answer was lost: %v, want ErrUnavailable", err)
+	}
+	a.cli.KV = lk.KV
+	if seq, _ := a.log.Head(); seq != head {
+		t.Fatalf("log's head after the lost answer: %d, want %d (nothing logged)", seq, head)
+	}
+	waitReleased(t, a)
+	for _, k := range []string{a.p.frame(bd.AuditID, "replica-a", head+1), a.p.frame(bd.AuditID, "replica-a", head+2),
+		a.p.copyIndex("replica-a", head+2)} {
+		if resp, err := a.cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("%s once the log appends again: %v, %v; want it deleted", k, resp.Kvs, err)
+		}
+	}
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-lost")); err != nil || res.Status != wal.Repeated {
+		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
+	}
+	if fs := framesAfter(t, a, head); len(fs) != 1 || fs[0].Seq != head+1 {
+		t.Fatalf("frames after the lost answer: %+v; want the repeat's decision at seq %d", fs, head+1)
+	}
+	checkOnly(t, a, ProblemMarkerWithoutFrame)
+}

@@ -1,0 +1,151 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLeadStagesWhatTheCommitStores: the frames a lead fixes before its
+// commit are, byte for byte, those AppendStaged's commit stores on a log
+// with the same head, and those the lead's commit then stores; while one
+// leads no other lead is taken and other writes wait for it.
+func TestLeadStagesWhatTheCommitStores(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	prior := FrameInput{Kind: KindDecision, AuditID: "au_prior", Time: at, Attrs: map[string]any{"outcome": "deny"}}
+	ins := []FrameInput{
+		{Kind: KindDecision, AuditID: "au_lead", Time: at, Attrs: map[string]any{"outcome": "allow"}},
+		// Large attrs that shrink are stored packed.
+		{Kind: KindDecision, AuditID: "au_lead", Time: at, Attrs: map[string]any{"outcome": "allow", "reason": strings.Repeat("policy ", 200)}},
+	}
+	var want [][]byte
+	logs := make([]*DB, 2)
+	for i := range logs {
+		db, err := Open(t.TempDir(), &Options{Replica: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if _, err := db.AppendFrames(ctx, []FrameInput{prior}); err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = db
+	}
+	if _, err := logs[1].AppendStaged(ctx, ins, Staging{Sent: func(_ uint64, _ string, _ []Frame, stored [][]byte) {
+		for _, b := range stored {
+			want = append(want, bytes.Clone(b))
+		}
+	}}); err != nil || len(want) != 2 {
+		t.Fatalf("staged append: %v, told %d frames", err, len(want))
+	}
+
+	db := logs[0]
+	lead, ok := db.TryLead()
+	if !ok {
+		t.Fatal("no lead taken of an idle log")
+	}
+	if _, ok := db.TryLead(); ok {
+		t.Fatal("a second lead taken while one is held")
+	}
+	if seq, hash := lead.Head(); seq != 1 {
+		t.Fatalf("lead's head %d %s, want seq 1", seq, hash)
+	}
+	frames, stored, err := lead.Stage(ins, nil)
+	if err != nil || len(frames) != 2 {
+		t.Fatalf("stage: %d frames, %v", len(frames), err)
+	}
+	for i := range stored {
+		if !bytes.Equal(stored[i], want[i]) {
+			t.Errorf("frame %d staged as %s; AppendStaged stores %s", frames[i].Seq, stored[i], want[i])
+		}
+	}
+	if packAttrs(frames[1].Attrs) == nil {
+		t.Error("the large frame's attrs do not pack")
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := db.AppendFrames(ctx, []FrameInput{prior})
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("a write committed while the lead was held: %v", err)
+	default:
+	}
+	if err := lead.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(tx *Tx) error {
+		for i := range frames {
+			k := seqKey(frames[i].Seq)
+			if got := tx.btx.Bucket(bucketFrames).Get(k[:]); !bytes.Equal(got, stored[i]) {
+				t.Errorf("frame %d stored as %s, staged as %s", frames[i].Seq, got, stored[i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() || rep.Frames != 4 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
+
+// TestLeadReleaseAndLose: a lead let go without writing leaves the log as
+// it was; a lead lost holds the log, tells its stage, and the seqs it
+// staged are free again once the owner releases the log.
+func TestLeadReleaseAndLose(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(t.TempDir(), &Options{Replica: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	in := FrameInput{Kind: KindDecision, AuditID: "au_lose", Time: time.Now(), Attrs: map[string]any{"outcome": "deny"}}
+	lead, ok := db.TryLead()
+	if !ok {
+		t.Fatal("no lead taken of an idle log")
+	}
+	if _, _, err := lead.Stage([]FrameInput{in}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lead.Release()
+	if err := db.Probe(ctx); err != nil {
+		t.Fatalf("probe after a released lead: %v", err)
+	}
+	if seq, _ := db.Head(); seq != 0 {
+		t.Fatalf("head after a released lead: %d, want 0", seq)
+	}
+
+	if lead, ok = db.TryLead(); !ok {
+		t.Fatal("no lead taken after a release")
+	}
+	lost := false
+	staged, _, err := lead.Stage([]FrameInput{in}, func() { lost = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead.Lose()
+	if !lost {
+		t.Fatal("a lost lead did not tell its stage")
+	}
+	if err := db.Probe(ctx); !errors.Is(err, ErrHeld) {
+		t.Fatalf("probe after a lost lead: %v, want ErrHeld", err)
+	}
+	if _, ok := db.TryLead(); ok {
+		t.Fatal("a lead taken of a held log")
+	}
+	db.Release()
+	fs, err := db.AppendFrames(ctx, []FrameInput{in})
+	if err != nil || fs[0].Seq != staged[0].Seq {
+		t.Fatalf("append after the release: %+v, %v; want seq %d", fs, err, staged[0].Seq)
+	}
+}
