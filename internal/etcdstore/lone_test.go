@@ -25,21 +25,27 @@ func consumeIn(b *preflight.Binding, req string) wal.ConsumeRequest {
 		}}
 }
 
-// consumeLoneT consumes b's step under request id req as a lone consume:
-// one etcd request, whatever happens after it; it returns the consume's
-// the log's head before it and the consume's error.
+// consumeLoneT consumes b's step under request id req, as a lone consume
+// (nothing else runs on s), and returns the log's head before it and the
+// consume's error. Whatever follows, its marker and its frames' copies
+// went to etcd in one transaction: the copy index of the frames it fixed
+// (seq head+1 and head+2) was put at the marker's revision.
 func consumeLoneT(t *testing.T, s *Store, b *preflight.Binding, req string) (uint64, error) {
 	t.Helper()
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
-	defer func() { s.cli.KV = kv.KV }()
+	ctx := context.Background()
 	head, _ := s.log.Head()
-	res, err := s.Consume(context.Background(), consumeIn(b, req))
+	res, err := s.Consume(ctx, consumeIn(b, req))
 	if err == nil && res.Status != wal.Consumed {
 		t.Fatalf("lone consume: %v, want consumed", res.Status)
 	}
-	if n := kv.n.Load(); n != 1 {
-		t.Fatalf("lone consume sent %d etcd requests, want 1 (marker and copies in one)", n)
+	m, merr := s.cli.Get(ctx, s.p.marker(b.PreflightID, 0))
+	if merr != nil || len(m.Kvs) != 1 {
+		t.Fatalf("the lone consume's marker: %v, %v", m, merr)
+	}
+	rev := m.Kvs[0].ModRevision
+	idx, ierr := s.cli.Get(ctx, s.p.copyIndex(s.o.Replica, head+2), clientv3.WithRev(rev))
+	if ierr != nil || len(idx.Kvs) != 1 || idx.Kvs[0].ModRevision != rev {
+		t.Fatalf("the lone consume's copy index at its marker's revision %d: %v, %v; want it put by the same transaction", rev, idx, ierr)
 	}
 	return head, err
 }
@@ -252,12 +258,11 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	bd := recordSteps(t, a, "pf_lone_lost", 1)
 	lk := &lostAnswerKV{KV: a.cli.KV}
 	lk.armed.Store(true)
-	a.cli.KV = lk
+	a.cli.KV = lk // armed once: it answers the next transactions as they are
 	head, err := consumeLoneT(t, a, &bd, "req-lost")
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("lone consume whose answer was lost: %v, want ErrUnavailable", err)
 	}
-	a.cli.KV = lk.KV
 	if seq, _ := a.log.Head(); seq != head {
 		t.Fatalf("log's head after the lost answer: %d, want %d (nothing logged)", seq, head)
 	}
