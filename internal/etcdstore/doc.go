@@ -60,13 +60,14 @@
 // The sub-transactions of a replica's concurrent consumes share one etcd
 // transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later)
 // with the frame copies that wait when it is sent (txns.go: no timer, one
-// in flight, so a lone consume waits one round trip; a busy replica sends
+// in flight, so a lone call waits one round trip; a busy replica sends
 // one transaction, one raft entry, per round trip instead of one of each
 // kind). etcd decides each sub-transaction on its own within the one raft
-// entry, so a taken marker fails only its own attempt. etcd refuses a transaction that puts one key twice, even in
-// exclusive branches of sibling sub-transactions, so a transaction carries
-// one attempt per marker key, and the other attempts queued on that key
-// before it was sent take its answer: the leader's marker put means the
+// entry, so a taken marker fails only its own attempt. etcd refuses a
+// transaction that puts one key twice, even in exclusive branches of
+// sibling sub-transactions, so a transaction carries one attempt per
+// marker key, and the other attempts queued on that key before it was
+// sent take its answer: the leader's marker put means the
 // step is taken for them (Repeated when it is their own request id and
 // call), its failure gives them its reads. Marker, copy and copy index
 // keys never meet. A transaction with a sub-transaction has at most 126

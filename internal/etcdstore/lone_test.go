@@ -152,18 +152,8 @@ func crashAfterLoneConsume(t *testing.T, id string) (prefix, crashed string, bd 
 func TestLoneCrashCopiesAdopted(t *testing.T) {
 	ctx := context.Background()
 	prefix, crashed, bd, lost := crashAfterLoneConsume(t, "pf_lone_crash")
-	a := open(t, "replica-a", prefix, crashed)
+	a := reopenAdopting(t, prefix, crashed, lost[1:], bd.AuditID, 2)
 	defer closeStore(a)
-	if seq, hash := a.log.Head(); seq != lost[1].Seq || hash != lost[1].Hash {
-		t.Fatalf("reopened log's head: %d %s; want the adopted frame %d %s", seq, hash, lost[1].Seq, lost[1].Hash)
-	}
-	checkClean(t, a)
-	b := open(t, "replica-b", prefix, t.TempDir())
-	defer closeStore(b)
-	got, err := b.AuditFrames(ctx, bd.AuditID)
-	if err != nil || len(got) != 2 || got[1].Hash != lost[1].Hash {
-		t.Fatalf("another replica's audit join: %+v, %v; want the preflight and the adopted decision", got, err)
-	}
 	if res, err := a.Consume(ctx, consumeIn(&bd, "req-pf_lone_crash")); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
 	}

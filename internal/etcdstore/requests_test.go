@@ -51,9 +51,9 @@ func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 // path (docs/PERFORMANCE.md states them): a preflight is one transaction;
 // a lone consume that takes its step is one transaction, its frames'
 // copies with its marker; one whose step is taken is its transaction, then
-// one write of its frames' copies; a peek is one read; the binding of a preflight this replica recorded is
-// none. The bucket's lease is granted before counting: one
-// grant per bucket (record_ttl/24) and replica.
+// one write of its frames' copies; a peek is one read; the binding of a
+// preflight this replica recorded is none. The bucket's lease is granted
+// before counting: one grant per bucket (record_ttl/24) and replica.
 func TestRequestsPerCall(t *testing.T) {
 	s := open(t, "replica-a", newPrefix(), t.TempDir())
 	defer closeStore(s)
