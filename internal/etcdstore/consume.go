@@ -177,12 +177,6 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 	return res, err
 }
 
-// spend decides the consume in etcd.
-func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeResult, error) {
-	res, _, err := s.decide(ctx, r, false)
-	return res, err
-}
-
 // decide decides the consume in etcd. With lone set its first attempt
 // goes alone with the frames' copies when the consume is alone
 // (consumeLone), and logged then reports that the frames of the result

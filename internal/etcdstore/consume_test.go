@@ -13,6 +13,13 @@ import (
 	"github.com/contractrefine/autonomy/wal"
 )
 
+// spend decides a consume in etcd as Consume does, through the shared
+// transactions, and writes no frames.
+func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeResult, error) {
+	res, _, err := s.decide(ctx, r, false)
+	return res, err
+}
+
 // recordSteps records a binding of id with steps steps of one kind and
 // args.
 func recordSteps(t *testing.T, s *Store, id string, steps int) preflight.Binding {
