@@ -90,16 +90,11 @@ func TestFailedLocalCommitLeavesNoCopy(t *testing.T) {
 	}
 	restore()
 	// Held until the dropper has deleted the copy: then appending again.
-	deadline := time.Now().Add(10 * time.Second)
-	for err := a.log.Probe(ctx); err != nil; err = a.log.Probe(ctx) {
-		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
-			t.Fatalf("probe after the failed commit: %v; want wal.ErrHeld until the copy is deleted", err)
-		}
+	waitReleased(t, a, 10*time.Second, func() {
 		if _, err := a.AppendDecision(ctx, decisionIn("au_while_held")); err != nil && !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("append while held: %v, want ErrUnavailable", err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	})
 	if got, err := b.AuditFrames(ctx, "au_failed_commit"); err != nil || len(got) != 0 {
 		t.Fatalf("another replica's audit join after the failed commit: %d frames, %v; want none", len(got), err)
 	}
@@ -158,13 +153,7 @@ func TestFailedCommitHeldUntilEtcdTakesTheDelete(t *testing.T) {
 	if err := c.Members[0].Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for err := a.log.Probe(ctx); err != nil; err = a.log.Probe(ctx) {
-		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
-			t.Fatalf("probe once etcd is back: %v; want wal.ErrHeld until the copy is deleted, then nil", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReleased(t, a, 20*time.Second, nil)
 	cli, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +199,7 @@ func TestLoneFailedLocalCommitLeavesNoCopy(t *testing.T) {
 		t.Fatal("the copies were not sent before the local commit")
 	}
 	restore()
-	waitReleased(t, a)
+	waitReleased(t, a, 10*time.Second, nil)
 	if got, err := b.AuditFrames(ctx, bd.AuditID); err != nil || len(got) != 1 || got[0].Kind != wal.KindPreflight {
 		t.Fatalf("another replica's audit join after the failed commit: %+v, %v; want the preflight alone", got, err)
 	}

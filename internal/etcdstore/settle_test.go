@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,6 +51,25 @@ func checkClean(t *testing.T, s *Store) {
 	}
 	if rep, err := s.Check(ctx, time.Now()); err != nil || !rep.OK() {
 		t.Fatalf("check-store: %+v, %v", rep.Problems, err)
+	}
+}
+
+// waitReleased waits, up to within, for s's log to take writes again after
+// a commit whose frames were sent elsewhere failed: until then Probe must
+// answer wal.ErrHeld. while, when set, runs at each wait, to check what the
+// held log answers meanwhile.
+func waitReleased(t *testing.T, s *Store, within time.Duration, while func()) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for err := s.log.Probe(ctx); err != nil; err = s.log.Probe(ctx) {
+		if !errors.Is(err, wal.ErrHeld) || time.Now().After(deadline) {
+			t.Fatalf("probe after the lost frames: %v; want wal.ErrHeld until their copies are deleted, then nil", err)
+		}
+		if while != nil {
+			while()
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -123,29 +143,46 @@ func reopenAdopting(t *testing.T, prefix, crashed string, lost []wal.Frame, audi
 // committed) are deleted with their index when the store opens, and the
 // log goes on from its own head.
 func TestCrashCopiesAfterGapDropped(t *testing.T) {
-	ctx := context.Background()
 	prefix, crashed, lostFrames := crashAfterCopies(t, "au_gap1", "au_gap2")
+	a := reopenAfterGap(t, prefix, crashed, lostFrames)
+	defer closeStore(a)
+	checkClean(t, a)
+}
+
+// reopenAfterGap deletes the copy of lost[0], the first of the two frames
+// a crash left only in etcd, opens replica-a on the log the crash left,
+// and checks what the open did: it adopted nothing, deleted the copy of
+// lost[1] with its index, and the log goes on from its own head. The
+// caller closes the store.
+func reopenAfterGap(t *testing.T, prefix, crashed string, lost []wal.Frame) *Store {
+	t.Helper()
+	ctx := context.Background()
 	other := open(t, "replica-b", prefix, t.TempDir())
-	if _, err := other.cli.Delete(ctx, other.p.frame("au_gap1", "replica-a", lostFrames[0].Seq)); err != nil {
+	if _, err := other.cli.Delete(ctx, other.p.frame(lost[0].AuditID, "replica-a", lost[0].Seq)); err != nil {
+		closeStore(other)
 		t.Fatal(err)
 	}
 	closeStore(other)
 
 	a := open(t, "replica-a", prefix, crashed)
-	defer closeStore(a)
-	if seq, _ := a.log.Head(); seq != lostFrames[0].Seq-1 {
-		t.Fatalf("reopened log's head: %d; want %d, nothing adopted", seq, lostFrames[0].Seq-1)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		closeStore(a)
+		t.Fatalf(format, args...)
 	}
-	for _, k := range []string{a.p.frame("au_gap2", "replica-a", lostFrames[1].Seq), a.p.copyIndex("replica-a", lostFrames[1].Seq)} {
+	if seq, _ := a.log.Head(); seq != lost[0].Seq-1 {
+		fail("reopened log's head: %d; want %d, nothing adopted", seq, lost[0].Seq-1)
+	}
+	for _, k := range []string{a.p.frame(lost[1].AuditID, "replica-a", lost[1].Seq), a.p.copyIndex("replica-a", lost[1].Seq)} {
 		if resp, err := a.cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
-			t.Fatalf("%s after the open: %v, %v; want it deleted", k, resp.Kvs, err)
+			fail("%s after the open: %v, %v; want it deleted", k, resp.Kvs, err)
 		}
 	}
 	next, err := a.AppendDecision(ctx, decisionIn("au_after"))
-	if err != nil || next.Seq != lostFrames[0].Seq {
-		t.Fatalf("next frame: seq %d, %v; want %d", next.Seq, err, lostFrames[0].Seq)
+	if err != nil || next.Seq != lost[0].Seq {
+		fail("next frame: seq %d, %v; want %d", next.Seq, err, lost[0].Seq)
 	}
-	checkClean(t, a)
+	return a
 }
 
 // crashAfterCopies is replica-a killed after the copies of one commit of
