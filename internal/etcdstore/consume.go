@@ -285,7 +285,7 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 		resp, err = s.cli.Txn(octx).If(s.markerFree(a)...).Then(then...).Else(s.readOps(a.id)...).Commit()
 		return s.seen(octx, err)
 	})
-	close(req.done)
+	req.end(err)
 	switch {
 	case err != nil:
 		lead.Lose()
