@@ -19,13 +19,10 @@ const (
 
 // leastWriter makes least durable writes: serial Updates of one 16-byte
 // put each (a new key every time) in a fresh bbolt file. The load command
-// makes one after each serial consume, outside the consume's timing, so
-// both are measured on the same disk at the same moments: on a disk shared
-// with other jobs a sync's cost swings by several times within a minute.
+// makes one after each serial consume (a sampler, drive.go).
 type leastWriter struct {
-	db  *bolt.DB
-	n   uint64
-	lat []time.Duration
+	db *bolt.DB
+	n  uint64
 }
 
 // newLeastWriter opens a fresh file in dir and makes 20 untimed writes.
@@ -44,31 +41,21 @@ func newLeastWriter(dir string) (*leastWriter, error) {
 			return nil, err
 		}
 	}
-	w.lat = w.lat[:0]
 	return w, nil
 }
 
-// write makes one timed write.
+// write makes one write.
 func (w *leastWriter) write() error {
 	var key [8]byte
 	w.n++
 	binary.BigEndian.PutUint64(key[:], w.n)
-	t0 := time.Now()
-	err := w.db.Update(func(tx *bolt.Tx) error {
+	return w.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists([]byte("b"))
 		if err != nil {
 			return err
 		}
 		return b.Put(key[:], make([]byte, 16))
 	})
-	w.lat = append(w.lat, time.Since(t0))
-	return err
-}
-
-// result is the writes made so far; its rate is meaningless (they were
-// spread over a scenario) and left out.
-func (w *leastWriter) result() result {
-	return summarize(1, w.lat, 0)
 }
 
 func (w *leastWriter) close() error { return w.db.Close() }

@@ -132,6 +132,37 @@ func summarize(conc int, lat []time.Duration, elapsed time.Duration) result {
 	return r
 }
 
+// sampler times a floor's operation made after each serial call of a
+// scenario (driveBetween), outside the call's timing, so the floor and the
+// call are measured at the same moments: on a disk or an etcd member shared
+// with other work a sync's cost swings by several times within a minute.
+type sampler struct {
+	op  func() error
+	lat []time.Duration
+}
+
+// sample makes one timed operation.
+func (s *sampler) sample() error {
+	t0 := time.Now()
+	err := s.op()
+	s.lat = append(s.lat, time.Since(t0))
+	return err
+}
+
+// samples is how many operations were made so far; 0 for a nil sampler.
+func (s *sampler) samples() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.lat)
+}
+
+// result is the operations made so far; its rate is meaningless (they were
+// spread over a scenario) and left out.
+func (s *sampler) result() result {
+	return summarize(1, s.lat, 0)
+}
+
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // client is the one client every target is driven with.

@@ -252,7 +252,7 @@ func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 	if err != nil {
 		return err
 	}
-	svc.least = least
+	svc.between = &sampler{op: least.write}
 	floorHTTP := "http://" + faddrs.HTTP
 	for _, conc := range cfg.conc {
 		measureFloors(ctx, rep, out, cl, floors, floorAC, floorHTTP, conc, cfg.duration)
@@ -265,8 +265,8 @@ func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 			return err
 		}
 	}
-	if len(least.lat) > 0 {
-		rep.add(out, targetStore, scBoltWrite, least.result())
+	if svc.between.samples() > 0 {
+		rep.add(out, targetStore, scBoltWrite, svc.between.result())
 	}
 	rep.Memory, err = rss(svc.proc.pid())
 	if err != nil {
@@ -327,9 +327,10 @@ type service struct {
 	conn  io.Closer
 	pool  idPool
 	spent string // an id already consumed, for replays
-	// least, when set, makes a least durable bbolt write after each
-	// serial consume (boltfloor.go).
-	least *leastWriter
+	// between, when set, samples a store's floor after each serial
+	// consume: the least durable bbolt write (boltfloor.go), or on etcd a
+	// put-if-absent transaction (etcd.go).
+	between *sampler
 	// others are more replicas sharing the service's store (etcd.go): the
 	// scenarios spread their calls over all of them.
 	others []*service
@@ -413,8 +414,8 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 	}
 	fresh := s.pool.take()
 	var between func() error
-	if s.least != nil && conc == 1 {
-		between = s.least.write
+	if s.between != nil && conc == 1 {
+		between = s.between.sample
 	}
 	r = s.measure(ctx, func() result {
 		return driveBetween(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
@@ -447,11 +448,14 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 func (s *service) measure(ctx context.Context, run func() result) result {
 	if s.etcd != "" {
 		e0, err0 := etcdRequests(ctx, s.cl.http, s.etcd)
+		b0 := s.between.samples()
 		r := s.measureService(ctx, run)
 		e1, err1 := etcdRequests(ctx, s.cl.http, s.etcd)
-		if err0 == nil && err1 == nil && r.Calls > 0 {
-			r.EtcdRequestsPerCall = (e1.requests - e0.requests) / float64(r.Calls)
-			r.EtcdProposalsPerCall = (e1.proposals - e0.proposals) / float64(r.Calls)
+		// Each sample between the calls is one request and one entry
+		// of the load's own, not the service's.
+		if b := float64(s.between.samples() - b0); err0 == nil && err1 == nil && r.Calls > 0 {
+			r.EtcdRequestsPerCall = (e1.requests - e0.requests - b) / float64(r.Calls)
+			r.EtcdProposalsPerCall = (e1.proposals - e0.proposals - b) / float64(r.Calls)
 		}
 		return r
 	}
