@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -177,11 +178,12 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 	return res, err
 }
 
-// decide decides the consume in etcd. With lone set its first attempt
+// decide decides the consume in etcd. With log set its first attempt
 // goes alone with the frames' copies when the consume is alone
-// (consumeLone), and logged then reports that the frames of the result
-// are in the log and in etcd.
-func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, lone bool) (res wal.ConsumeResult, logged bool, err error) {
+// (consumeLone), a marker put in a shared transaction with others has its
+// frames logged with theirs (logGroup), and logged then reports that the
+// frames of the result are in the log and in etcd.
+func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (res wal.ConsumeResult, logged bool, err error) {
 	id := r.Binding.PreflightID
 	try := -1
 	for i := range r.Binding.Steps {
@@ -203,13 +205,18 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, lone bool) (r
 	// never taken back while the binding can be used, so each try adds one
 	// and the loop ends.
 	known := &seenState{bound: true, markers: map[int]marker{}}
+	lone := log
 	for range len(r.Binding.Steps) + 1 {
 		a := s.newAttempt(id, try, m, value)
 		consumed := wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[try].ID, StepIndex: try}
+		frames := func() []wal.FrameInput { return r.ConsumeFrames(consumed) }
 		ans, sent := attemptAnswer{}, false
 		if lone {
-			ans, sent = s.consumeLone(ctx, a, func() []wal.FrameInput { return r.ConsumeFrames(consumed) })
+			ans, sent = s.consumeLone(ctx, a, frames)
 			lone = false
+		}
+		if log {
+			a.frames = frames
 		}
 		if !sent {
 			s.txns.addAndSend(ctx, part{a: a})
@@ -224,6 +231,8 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, lone bool) (r
 			return wal.ConsumeResult{}, false, err
 		}
 		switch {
+		case ans.put == a && ans.group != nil:
+			return consumed, true, s.logGroup(ctx, ans.group)
 		case ans.put == a:
 			return consumed, sent, nil
 		case ans.put != nil:
@@ -276,13 +285,14 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	req.frames, req.stored = fs, stored
 	req.baseSeq, req.baseHash = lead.Head()
 	cw := s.encodeCopies([]*copyRequest{req})
-	var resp *clientv3.TxnResponse
+	var resp *etcdserverpb.TxnResponse
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
-		then := cw.ops([]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))}, lease)
+		b := newTxnBuf(1, len(cw.keys))
+		then := cw.putsIn(b, append(make([]*etcdserverpb.RequestOp, 0, 1+len(cw.keys)), a.putIn(b, lease)), lease)
 		octx, cancel := s.opCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = s.cli.Txn(octx).If(s.markerFree(a)...).Then(then...).Else(s.readOps(a.id)...).Commit()
+		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: a.cmpsIn(b), Success: then, Failure: a.readsIn(b)})
 		return s.seen(octx, err)
 	})
 	req.end(err)
@@ -308,13 +318,6 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	return attemptAnswer{put: a}, true
 }
 
-// markerFree are the comparisons of a's sub-transaction: its marker not
-// taken, its binding there.
-func (s *Store) markerFree(a *attempt) []clientv3.Cmp {
-	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(s.p.binding(a.id)), ">", 0)}
-}
-
 // attempt is one call's try to take a step's marker, waiting for a
 // shared write transaction (txns.go).
 type attempt struct {
@@ -323,6 +326,12 @@ type attempt struct {
 	value []byte // the marker as JSON
 	m     marker
 	bytes int // what the attempt adds to a transaction
+	// The keys of its sub-transaction as sent: the marker's, the
+	// binding's, the markers' prefix and the end of its range.
+	markerKey, bindingKey, markersKey, markersEnd []byte
+	// frames builds the frames the consume appends once a's marker is
+	// put, for its logGroup; nil when the consume logs none (tests).
+	frames func() []wal.FrameInput
 	// leader is the attempt on the same key whose sub-transaction this one
 	// shares the answer of, nil when it has its own (splitParts).
 	leader *attempt
@@ -337,21 +346,87 @@ type attemptAnswer struct {
 	put  *attempt
 	seen []*etcdserverpb.ResponseOp
 	err  error
+	// group, when put is set, is the logGroup of the markers the
+	// transaction put, when there is more than one.
+	group *logGroup
+}
+
+// logGroup is the consumes whose markers one shared transaction put: the
+// first of them to take its answer appends the frames of every one to the
+// log in one write,
+// whose copies go to etcd in one copy request (logAndCopy), and the
+// others wait for it; a consume that gives up waiting answers 503, its
+// frames logged all the same. One write instead of one each keeps the
+// local commits as large as the transaction: the consumes it answers at
+// once would otherwise commit apart, the first alone (wal's lone writer)
+// and the others after it.
+type logGroup struct {
+	members []*attempt
+	taken   atomic.Bool // by the member that logs
+	err     error       // set before done is closed
+	done    chan struct{}
+}
+
+// logGroup logs the frames of g once, by the first member that calls it,
+// and returns how that ended.
+func (s *Store) logGroup(ctx context.Context, g *logGroup) error {
+	if !g.taken.CompareAndSwap(false, true) {
+		select {
+		case <-g.done:
+			return g.err
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+		}
+	}
+	var ins []wal.FrameInput
+	for _, m := range g.members {
+		ins = append(ins, m.frames()...)
+	}
+	// Under the store's context: the frames are every member's.
+	_, g.err = s.logAndCopy(s.bg, ins)
+	close(g.done)
+	return g.err
 }
 
 func (s *Store) newAttempt(id string, step int, m marker, value []byte) *attempt {
 	a := &attempt{id: id, key: s.p.marker(id, step), value: value, m: m, done: make(chan attemptAnswer, 1)}
+	markers := s.p.markers(id)
+	a.markerKey, a.bindingKey, a.markersKey = []byte(a.key), []byte(s.p.binding(id)), []byte(markers)
+	a.markersEnd = []byte(clientv3.GetPrefixRangeEnd(markers))
 	// Two compares and a put of the key, the binding's key twice, the
 	// markers' prefix, the value, and room for the framing.
-	a.bytes = 3*len(a.key) + 2*len(s.p.binding(id)) + len(s.p.markers(id)) + len(value) + 64
+	a.bytes = 3*len(a.key) + 2*len(a.bindingKey) + len(a.markersKey) + len(value) + 64
 	return a
 }
 
-// attemptOp is a's sub-transaction (doc.go, "Consume-once"): the marker
+// cmpsIn are the comparisons of a's sub-transaction, in b: its marker not
+// taken, its binding there.
+func (a *attempt) cmpsIn(b *txnBuf) []*etcdserverpb.Compare {
+	c := carve(&b.cmpLists, 2)
+	c[0] = b.createRevision(a.markerKey, etcdserverpb.Compare_EQUAL, 0)
+	c[1] = b.createRevision(a.bindingKey, etcdserverpb.Compare_GREATER, 0)
+	return c
+}
+
+// readsIn are the reads of a's sub-transaction when a comparison fails,
+// in b: the binding's existence and its markers (readOps).
+func (a *attempt) readsIn(b *txnBuf) []*etcdserverpb.RequestOp {
+	r := carve(&b.opLists, 2)
+	r[0] = b.rng(a.bindingKey, nil, true)
+	r[1] = b.rng(a.markersKey, a.markersEnd, false)
+	return r
+}
+
+// putIn is the put of a's marker under lease, in b.
+func (a *attempt) putIn(b *txnBuf, lease clientv3.LeaseID) *etcdserverpb.RequestOp {
+	return b.put(a.markerKey, a.value, lease)
+}
+
+// opIn is a's sub-transaction (doc.go, "Consume-once"), in b: the marker
 // put under lease when the key is free and the binding there, else the
 // binding's and markers' reads.
-func (s *Store) attemptOp(a *attempt, lease clientv3.LeaseID) clientv3.Op {
-	return clientv3.OpTxn(s.markerFree(a),
-		[]clientv3.Op{clientv3.OpPut(a.key, string(a.value), clientv3.WithLease(lease))},
-		s.readOps(a.id))
+func (a *attempt) opIn(b *txnBuf, lease clientv3.LeaseID) *etcdserverpb.RequestOp {
+	then := carve(&b.opLists, 1)
+	then[0] = a.putIn(b, lease)
+	return b.txn(a.cmpsIn(b), then, a.readsIn(b))
 }

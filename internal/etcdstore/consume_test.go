@@ -20,6 +20,16 @@ func (s *Store) spend(ctx context.Context, r *wal.ConsumeRequest) (wal.ConsumeRe
 	return res, err
 }
 
+// recordMany records n one-step bindings, of ids name_00, name_01, ….
+func recordMany(t *testing.T, s *Store, name string, n int) []preflight.Binding {
+	t.Helper()
+	bs := make([]preflight.Binding, n)
+	for i := range bs {
+		bs[i] = recordSteps(t, s, fmt.Sprintf("%s_%02d", name, i), 1)
+	}
+	return bs
+}
+
 // recordSteps records a binding of id with steps steps of one kind and
 // args.
 func recordSteps(t *testing.T, s *Store, id string, steps int) preflight.Binding {
@@ -216,10 +226,7 @@ func TestConsumesAfterLeaseRevoked(t *testing.T) {
 	defer closeStore(s)
 	ctx := context.Background()
 	const calls = 16
-	bs := make([]preflight.Binding, calls)
-	for i := range bs {
-		bs[i] = recordSteps(t, s, fmt.Sprintf("pf_revoked_%02d", i), 1)
-	}
+	bs := recordMany(t, s, "pf_revoked", calls)
 	// The bucket's lease as etcd forgot it: granted, revoked, then made
 	// the bucket's.
 	g, err := s.cli.Grant(ctx, 60)

@@ -79,7 +79,12 @@
 // free sends the batch from its own goroutine (a lone consume wakes no
 // other goroutine); a batch of more than its own attempt is sent under the
 // store's context, so one caller's deadline ends that caller's wait, not
-// the others' attempts; so is every batch with a copy.
+// the others' attempts; so is every batch with a copy. The frames of the
+// consumes whose markers one shared transaction put go to the log in one
+// write, appended by the first of them to take its answer (the others
+// wait for it), and so to etcd in one copy request: the consumes a
+// transaction answers at once commit together rather than the first alone
+// and the others after it (consume.go, logGroup).
 //
 // The compare on the binding's key makes etcd read the binding's whole
 // value (a compare reads the key's record; the Else branch's count-only

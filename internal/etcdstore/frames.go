@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/contractrefine/autonomy/wal"
@@ -119,16 +120,17 @@ func countFrames(rs []*copyRequest) int {
 // that names them (copyIndex), encoded once, before the lease is known:
 // a retry under a new lease sends the same bytes.
 type copyWrite struct {
-	keys   []string // the copies' keys, then the index's
-	values []string
+	keys   [][]byte // the copies' keys, then the index's
+	values [][]byte
 }
 
 // encodeCopies encodes the copies of batch and their index, and names
-// the index in every request of batch.
+// the index in every request of batch. A frame the log stored goes as
+// the log's bytes.
 func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 	n := countFrames(batch)
 	idx := copyIndex{Frames: make([]string, 0, n)}
-	values := make([]string, 0, n+1)
+	w := &copyWrite{keys: make([][]byte, 0, n+1), values: make([][]byte, 0, n+1)}
 	var last uint64
 	for _, r := range batch {
 		if r.baseSeq >= idx.BaseSeq {
@@ -136,11 +138,13 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 		}
 		for i := range r.frames {
 			f := &r.frames[i]
-			idx.Frames = append(idx.Frames, s.p.frame(f.AuditID, s.o.Replica, f.Seq))
+			k := s.p.appendFrame(nil, f.AuditID, s.o.Replica, f.Seq)
+			w.keys = append(w.keys, k)
+			idx.Frames = append(idx.Frames, string(k))
 			if r.stored != nil {
-				values = append(values, string(r.stored[i]))
+				w.values = append(w.values, r.stored[i])
 			} else {
-				values = append(values, string(wal.EncodeFrame(f)))
+				w.values = append(w.values, wal.EncodeFrame(f))
 			}
 			last = max(last, f.Seq)
 		}
@@ -150,13 +154,14 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 		r.index = key
 	}
 	v, _ := json.Marshal(&idx)
-	return &copyWrite{keys: append(idx.Frames, key), values: append(values, string(v))}
+	w.keys, w.values = append(w.keys, []byte(key)), append(w.values, v)
+	return w
 }
 
-// ops appends the puts of w under lease to ops.
-func (w *copyWrite) ops(ops []clientv3.Op, lease clientv3.LeaseID) []clientv3.Op {
+// putsIn appends the puts of w under lease, in b, to ops.
+func (w *copyWrite) putsIn(b *txnBuf, ops []*etcdserverpb.RequestOp, lease clientv3.LeaseID) []*etcdserverpb.RequestOp {
 	for i, k := range w.keys {
-		ops = append(ops, clientv3.OpPut(k, w.values[i], clientv3.WithLease(lease)))
+		ops = append(ops, b.put(k, w.values[i], lease))
 	}
 	return ops
 }

@@ -3,12 +3,15 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -195,6 +198,20 @@ func (t *lostAnswerTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If
 func (t *lostAnswerTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
 func (t *lostAnswerTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
 
+// lostAnswerStub is lostAnswerKV for the store's KV stub (pbtxn.go).
+type lostAnswerStub struct {
+	etcdserverpb.KVClient
+	kv *lostAnswerKV
+}
+
+func (t lostAnswerStub) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	resp, err := t.KVClient.Txn(ctx, in, opts...)
+	if err == nil && t.kv.armed.CompareAndSwap(true, false) {
+		return nil, context.DeadlineExceeded
+	}
+	return resp, err
+}
+
 func (t *lostAnswerTxn) Commit() (*clientv3.TxnResponse, error) {
 	resp, err := t.Txn.Commit()
 	if err == nil && t.kv.armed.CompareAndSwap(true, false) {
@@ -217,6 +234,7 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	lk := &lostAnswerKV{KV: a.cli.KV}
 	lk.armed.Store(true)
 	a.cli.KV = lk // armed once: it answers the next transactions as they are
+	a.kv = lostAnswerStub{KVClient: a.kv, kv: lk}
 	head, err := consumeLoneT(t, a, &bd, "req-lost")
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("lone consume whose answer was lost: %v, want ErrUnavailable", err)
@@ -238,4 +256,46 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 		t.Fatalf("frames after the lost answer: %+v; want the repeat's decision at seq %d", fs, head+1)
 	}
 	checkOnly(t, a, ProblemMarkerWithoutFrame)
+}
+
+// TestConcurrentConsumesLogTogether: concurrent consumes on distinct ids,
+// whose markers share transactions and whose frames go to the log
+// together (logGroup), each take their step, and each has its frames in
+// the log and in every replica's audit join; check-store finds nothing.
+func TestConcurrentConsumesLogTogether(t *testing.T) {
+	prefix := newPrefix()
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	ctx := context.Background()
+	const calls = 64
+	bs := recordMany(t, a, "pf_together", calls)
+	errs := make(chan error, calls)
+	start := make(chan struct{})
+	for i := range calls {
+		go func() {
+			<-start
+			res, err := a.Consume(ctx, consumeIn(&bs[i], fmt.Sprintf("req-%d", i)))
+			if err == nil && res.Status != wal.Consumed {
+				err = fmt.Errorf("consume %d: %v, want consumed", i, res.Status)
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range bs {
+		fs, err := a.AuditFramesOf(ctx, bs[i].AuditID, []string{wal.KindConsumed, wal.KindDecision})
+		if err != nil || len(fs) != 2 {
+			t.Fatalf("audit join of %s: %d frames, %v; want its consumed and decision frames", bs[i].AuditID, len(fs), err)
+		}
+		local, err := a.log.AuditFramesOf(ctx, bs[i].AuditID, []string{wal.KindConsumed, wal.KindDecision})
+		if err != nil || len(local) != 2 {
+			t.Fatalf("log's frames of %s: %d, %v; want 2", bs[i].AuditID, len(local), err)
+		}
+	}
+	checkOnly(t, a)
 }

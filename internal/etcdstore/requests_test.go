@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -47,6 +49,27 @@ func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 	return c.KV.Txn(ctx)
 }
 
+// countingStub is the store's KV stub (pbtxn.go), which sends the
+// transactions the store builds in etcd's own types, counting them into n.
+type countingStub struct {
+	etcdserverpb.KVClient
+	n *atomic.Int64
+}
+
+func (c countingStub) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	c.n.Add(1)
+	return c.KVClient.Txn(ctx, in, opts...)
+}
+
+// countRequests makes the store count every etcd request it sends in the
+// returned countingKV.
+func countRequests(s *Store) *countingKV {
+	kv := &countingKV{KV: s.cli.KV}
+	s.cli.KV = kv
+	s.kv = countingStub{KVClient: s.kv, n: &kv.n}
+	return kv
+}
+
 // TestRequestsPerCall counts the etcd requests of each call on the hot
 // path (docs/PERFORMANCE.md states them): a preflight is one transaction;
 // a lone consume that takes its step is one transaction, its frames'
@@ -57,8 +80,7 @@ func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
 func TestRequestsPerCall(t *testing.T) {
 	s := open(t, "replica-a", newPrefix(), t.TempDir())
 	defer closeStore(s)
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
+	kv := countRequests(s)
 	ctx := context.Background()
 	newB := func(n string) preflight.Binding {
 		return preflight.Binding{PreflightID: "pf_requests_" + n, AuditID: "au_requests_" + n, Outcome: preflight.OutcomePass,
@@ -171,8 +193,7 @@ func TestConcurrentCopiesShareTransactions(t *testing.T) {
 		Attrs: map[string]any{"outcome": "deny"}}); err != nil {
 		t.Fatal(err) // grants the bucket's lease
 	}
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
+	kv := countRequests(s)
 	const calls = 64
 	errs := make(chan error, calls)
 	for i := range calls {
@@ -220,8 +241,7 @@ func TestConcurrentConsumesShareTransactions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
+	kv := countRequests(s)
 	spend := func(b *preflight.Binding) error {
 		res, err := s.spend(ctx, &wal.ConsumeRequest{Binding: b, Kind: "refund.create", ArgsDigest: "sha256:a",
 			RequestID: "r-" + b.PreflightID, Time: time.Now()})
@@ -272,8 +292,7 @@ func TestConcurrentPeeksShareReads(t *testing.T) {
 			}
 		}
 	}
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
+	kv := countRequests(s)
 	errs := make(chan error, calls)
 	start := make(chan struct{})
 	for i := range calls {
@@ -317,8 +336,7 @@ func TestConcurrentPreflightsShareTransactions(t *testing.T) {
 	if _, err := s.RecordPreflight(ctx, wal.PreflightRecord{Binding: warm, Decision: []byte(`{}`), Time: time.Now()}); err != nil {
 		t.Fatal(err) // grants the bucket's lease
 	}
-	kv := &countingKV{KV: s.cli.KV}
-	s.cli.KV = kv
+	kv := countRequests(s)
 	const calls = 64
 	errs := make(chan error, calls)
 	start := make(chan struct{})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -71,7 +72,11 @@ type Options struct {
 // Store is the state of internal/state, kept in etcd. It is safe for
 // concurrent use by any number of goroutines and processes.
 type Store struct {
-	cli     *clientv3.Client
+	cli *clientv3.Client
+	// kv is cli's KV stub, for the requests built in etcd's own types
+	// (pbtxn.go), and codec marshals them (txnCodec).
+	kv      etcdserverpb.KVClient
+	codec   *txnCodec
 	o       Options
 	log     *wal.DB
 	logger  *slog.Logger
@@ -165,7 +170,7 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	s.cli = cli
+	s.cli, s.kv, s.codec = cli, clientv3.RetryKVClient(cli), newTxnCodec()
 	s.bg, s.stop = context.WithCancel(context.Background())
 	s.recent, _ = lru.New[string, recentBinding](recentBindings)
 	s.txns = s.startTxns()

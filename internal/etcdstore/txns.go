@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -127,19 +128,20 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 		cw = s.encodeCopies(copies)
 		nops += len(cw.keys)
 	}
-	var resp *clientv3.TxnResponse
+	var resp *etcdserverpb.TxnResponse
 	err := s.withLease(ctx, func(lease clientv3.LeaseID) error {
-		ops := make([]clientv3.Op, 0, nops)
+		b := newTxnBuf(len(leaders), nops-len(leaders))
+		ops := make([]*etcdserverpb.RequestOp, 0, nops)
 		for _, a := range leaders {
-			ops = append(ops, s.attemptOp(a, lease))
+			ops = append(ops, a.opIn(b, lease))
 		}
 		if cw != nil {
-			ops = cw.ops(ops, lease)
+			ops = cw.putsIn(b, ops, lease)
 		}
 		octx, cancel := s.opCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = s.cli.Txn(octx).Then(ops...).Commit()
+		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Success: ops})
 		return s.seen(octx, err)
 	})
 	if err == nil && len(resp.Responses) != nops {
@@ -148,6 +150,7 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 	for _, r := range copies {
 		r.end(err)
 	}
+	var puts []*attempt
 	for i, a := range leaders {
 		a.answer = attemptAnswer{err: err}
 		if err != nil {
@@ -158,8 +161,17 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 			a.answer.err = fmt.Errorf("%w: a consume's answer is no transaction", ErrUnavailable)
 		case t.Succeeded:
 			a.answer.put = a
+			if a.frames != nil {
+				puts = append(puts, a)
+			}
 		default:
 			a.answer.seen = t.Responses
+		}
+	}
+	if len(puts) > 1 {
+		g := &logGroup{members: puts, done: make(chan struct{})}
+		for _, a := range puts {
+			a.answer.group = g
 		}
 	}
 	for _, p := range batch {
