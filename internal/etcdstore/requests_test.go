@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,6 +70,44 @@ func countRequests(s *Store) *countingKV {
 	s.cli.KV = kv
 	s.kv = countingStub{KVClient: s.kv, n: &kv.n}
 	return kv
+}
+
+// holdSenders makes b's senders busy, as batches in flight would, so that
+// the requests of concurrent calls wait in its queue whatever the
+// machine's load; the returned release frees them once ready(queue) holds
+// (or fails the test after a minute), and a sender takes what waits.
+func holdSenders[T any](t *testing.T, b *batcher[T]) (release func(ready func(pending []T) bool)) {
+	t.Helper()
+	b.mu.Lock()
+	held := b.senders - b.sending
+	b.sending += held
+	b.mu.Unlock()
+	return func(ready func([]T) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			b.mu.Lock()
+			ok := ready(b.pending)
+			if ok {
+				b.sending -= held
+			}
+			n := len(b.pending)
+			b.mu.Unlock()
+			if ok {
+				b.signal()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d requests queued after a minute", n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// queued is a ready condition of holdSenders: n requests wait.
+func queued[T any](n int) func([]T) bool {
+	return func(pending []T) bool { return len(pending) >= n }
 }
 
 // TestRequestsPerCall counts the etcd requests of each call on the hot
@@ -194,6 +234,7 @@ func TestConcurrentCopiesShareTransactions(t *testing.T) {
 		t.Fatal(err) // grants the bucket's lease
 	}
 	kv := countRequests(s)
+	release := holdSenders(t, s.txns)
 	const calls = 64
 	errs := make(chan error, calls)
 	for i := range calls {
@@ -209,6 +250,15 @@ func TestConcurrentCopiesShareTransactions(t *testing.T) {
 			errs <- err
 		}()
 	}
+	release(func(pending []part) bool {
+		frames := 0
+		for _, p := range pending {
+			if p.c != nil {
+				frames += len(p.c.frames)
+			}
+		}
+		return frames >= calls
+	})
 	for range calls {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -257,12 +307,12 @@ func TestConcurrentConsumesShareTransactions(t *testing.T) {
 		t.Errorf("a lone consume sent %d etcd requests, want 1", n)
 	}
 	kv.n.Store(0)
+	release := holdSenders(t, s.txns)
 	errs := make(chan error, calls)
-	start := make(chan struct{})
 	for i := range calls {
-		go func() { <-start; errs <- spend(&bs[i]) }()
+		go func() { errs <- spend(&bs[i]) }()
 	}
-	close(start)
+	release(queued[part](calls))
 	for range calls {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -293,11 +343,10 @@ func TestConcurrentPeeksShareReads(t *testing.T) {
 		}
 	}
 	kv := countRequests(s)
+	release := holdSenders(t, s.peeks)
 	errs := make(chan error, calls)
-	start := make(chan struct{})
 	for i := range calls {
 		go func() {
-			<-start
 			res, err := s.Peek(ctx, wal.ConsumeRequest{Binding: &bs[i], Kind: "refund.create", ArgsDigest: "sha256:a",
 				RequestID: "r-peek", Time: time.Now()})
 			want := wal.Consumed
@@ -310,7 +359,7 @@ func TestConcurrentPeeksShareReads(t *testing.T) {
 			errs <- err
 		}()
 	}
-	close(start)
+	release(queued[*peekRequest](calls))
 	for range calls {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -337,12 +386,21 @@ func TestConcurrentPreflightsShareTransactions(t *testing.T) {
 		t.Fatal(err) // grants the bucket's lease
 	}
 	kv := countRequests(s)
+	// The writes' transactions, each as the number of writes it carried.
+	var sizes []int
+	var sizesMu sync.Mutex
+	send := s.writes.send
+	s.writes.send = func(ctx context.Context, batch []*condWrite) {
+		sizesMu.Lock()
+		sizes = append(sizes, len(batch))
+		sizesMu.Unlock()
+		send(ctx, batch)
+	}
+	release := holdSenders(t, s.writes)
 	const calls = 64
 	errs := make(chan error, calls)
-	start := make(chan struct{})
 	for i := range calls {
 		go func() {
-			<-start
 			b := warm
 			b.PreflightID, b.AuditID = fmt.Sprintf("pf_records_%02d", i), fmt.Sprintf("au_records_%02d", i)
 			// Every other call records the same session, unlocked: one of
@@ -359,17 +417,22 @@ func TestConcurrentPreflightsShareTransactions(t *testing.T) {
 			errs <- err
 		}()
 	}
-	close(start)
+	// Every call has read its guard when its write waits.
+	release(queued[*condWrite](calls))
 	for range calls {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := kv.n.Load(); n >= 2*calls {
-		t.Errorf("%d concurrent preflights sent %d etcd requests, want fewer than two each (shared)", calls, n)
-	} else {
-		t.Logf("%d concurrent preflights: %d etcd requests", calls, n)
+	// The first transaction carries the writes of the distinct sessions
+	// and one of the shared session's (a transaction writes a key once);
+	// each other write of the shared session goes alone, and is refused.
+	sizesMu.Lock()
+	if want := calls/2 + 1; len(sizes) != calls/2 || slices.Max(sizes) != want {
+		t.Errorf("%d concurrent preflights' writes went in transactions of %v; want %d, one of %d", calls, sizes, calls/2, want)
 	}
+	sizesMu.Unlock()
+	t.Logf("%d concurrent preflights: %d etcd requests", calls, kv.n.Load())
 	for i := 0; i < calls; i += 2 {
 		if sess, err := s.Session(ctx, fmt.Sprintf("sess-records-%02d", i)); err != nil || sess.Attempts != 1 {
 			t.Errorf("session %d: %+v, %v; want 1 attempt", i, sess, err)
