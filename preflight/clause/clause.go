@@ -65,6 +65,10 @@ type check struct {
 	expression string
 	program    cel.Program
 	bindings   []binding
+	// afterOnly marks an invariant that reads result or status: it
+	// describes the state after the call, so it is evaluated on the
+	// response only (After), never on the args alone (Check).
+	afterOnly bool
 }
 
 // Compile parses and type-checks every clause of every capability, and
@@ -116,14 +120,17 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 			env                    *cel.Env
 		}{
 			{Preconditions, "precondition", preflight.ReasonPreconditionViolated, spec.Preconditions, argsEnv},
-			{Invariants, "invariant", preflight.ReasonInvariantViolated, spec.Invariants, argsEnv},
+			// Invariants hold before and after the call (docs/CLAUSES.md): after it
+			// they read result and status like a postcondition, so they
+			// compile in the postcondition environment.
+			{Invariants, "invariant", preflight.ReasonInvariantViolated, spec.Invariants, postEnv},
 			{Postconditions, preflight.ClausePostcondition, preflight.ReasonPostconditionViolated, spec.Postconditions, postEnv},
 		}
 		for _, l := range lists {
 			for i, expr := range l.exprs {
 				at := Problem{Kind: kind, Clause: l.name, Index: i, Expression: expr}
 				ast, found := compileBool(l.env, expr, at)
-				if len(found) == 0 && l.name == Postconditions {
+				if len(found) == 0 && (l.name == Postconditions || l.name == Invariants) {
 					found = checkOld(ast.NativeRep().Expr(), expr, at)
 				}
 				if len(found) > 0 {
@@ -149,6 +156,10 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 					ck.bindings = bindings(ast.NativeRep().Expr(), argsVar, resultVar, statusVar)
 					c.post = append(c.post, ck)
 					continue
+				}
+				if l.name == Invariants {
+					ck.bindings = bindings(ast.NativeRep().Expr(), argsVar, resultVar, statusVar)
+					ck.afterOnly = len(bindings(ast.NativeRep().Expr(), resultVar, statusVar)) > 0
 				}
 				c.checks = append(c.checks, ck)
 			}
@@ -237,6 +248,9 @@ func (s *Set) Check(kind string, args map[string]any) []preflight.ClauseViolatio
 	activation := map[string]any{argsVar: norm}
 	var out []preflight.ClauseViolation
 	for _, ck := range c.checks {
+		if ck.afterOnly {
+			continue
+		}
 		msg, ok := ck.eval(activation, c.message)
 		if ok {
 			continue
@@ -263,6 +277,9 @@ func (s *Set) Unseen(kind string) []preflight.ClauseViolation {
 	}
 	out := make([]preflight.ClauseViolation, 0, len(c.checks))
 	for _, ck := range c.checks {
+		if ck.afterOnly {
+			continue
+		}
 		out = append(out, preflight.ClauseViolation{Kind: kind, Clause: ck.clause, Index: ck.index,
 			Expression: ck.expression, Reason: ck.reason,
 			Message: ck.clause + " could not be evaluated: " + ck.expression + ": the check carried no body, so the args are unknown"})

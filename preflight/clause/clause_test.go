@@ -290,18 +290,20 @@ func TestCompileErrors(t *testing.T) {
 			want: []Problem{{Kind: refundKind, Clause: "preconditions", Index: 0, Expression: "args.amountUsd >",
 				Line: 1, Column: 17, Message: syntaxMessage}},
 		},
-		"old and result exist only in postconditions": {
+		"old and result exist only after the call": {
 			caps: map[string]preflight.Capability{
 				refundKind: {Contract: &preflight.ContractSpec{
-					Preconditions: []string{"old(args.amountUsd) > 0"},
-					Invariants:    []string{"result == 1"},
+					Preconditions: []string{"old(args.amountUsd) > 0", "result == 1"},
+					Invariants:    []string{"old(result) == 1"},
 				}},
 			},
 			want: []Problem{
 				{Kind: refundKind, Clause: "preconditions", Index: 0, Expression: "old(args.amountUsd) > 0",
 					Line: 1, Column: 4, Message: "undeclared reference to 'old' (in container '')"},
-				{Kind: refundKind, Clause: "invariants", Index: 0, Expression: "result == 1",
+				{Kind: refundKind, Clause: "preconditions", Index: 1, Expression: "result == 1",
 					Line: 1, Column: 1, Message: "undeclared reference to 'result' (in container '')"},
+				{Kind: refundKind, Clause: "invariants", Index: 0, Expression: "old(result) == 1",
+					Line: 1, Column: 1, Message: "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"},
 			},
 		},
 		"a bare dyn field is not a bool": {
@@ -465,5 +467,58 @@ func BenchmarkCheck(b *testing.B) {
 				set.Check("account.withdraw", args)
 			}
 		})
+	}
+}
+
+// TestInvariantAfterTheCall: invariants are evaluated on the
+// response with result and status bound. One that reads them is left out
+// before the call (there is no response yet) and judged after it; one that
+// reads args only runs at both times.
+func TestInvariantAfterTheCall(t *testing.T) {
+	set, err := clause.Compile(map[string]preflight.Capability{
+		"ledger.debit": {Contract: &preflight.ContractSpec{
+			Invariants: []string{"args.amountUsd > 0", "status == 200 && result.balanceUsd >= 0"},
+		}},
+	}, clause.Options{})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	if got := set.Check("ledger.debit", map[string]any{"amountUsd": 5.0}); len(got) != 0 {
+		t.Errorf("Check before the call = %+v, want no violation (the response invariant waits for the response)", got)
+	}
+	if got := set.Check("ledger.debit", map[string]any{"amountUsd": -5.0}); len(got) != 1 || got[0].Expression != "args.amountUsd > 0" {
+		t.Errorf("Check with a negative amount = %+v, want the args invariant only", got)
+	}
+	if got := set.Unseen("ledger.debit"); len(got) != 1 {
+		t.Errorf("Unseen = %+v, want the args invariant only", got)
+	}
+	tests := map[string]struct {
+		result any
+		status int
+		held   []bool
+	}{
+		"balance stays positive": {result: map[string]any{"balanceUsd": 10.0}, status: 200, held: []bool{true, true}},
+		"balance goes negative":  {result: map[string]any{"balanceUsd": -1.0}, status: 200, held: []bool{true, false}},
+		"error status":           {result: map[string]any{"balanceUsd": 10.0}, status: 500, held: []bool{true, false}},
+		"not JSON":               {result: nil, status: 200, held: []bool{true, false}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rs := set.After("ledger.debit", preflight.AfterCall{Args: map[string]any{"amountUsd": 5.0}, Result: tc.result, Status: tc.status})
+			if len(rs) != len(tc.held) {
+				t.Fatalf("After = %+v, want %d results", rs, len(tc.held))
+			}
+			for i, r := range rs {
+				if r.Clause != preflight.ClauseInvariant || r.Held != tc.held[i] {
+					t.Errorf("result %d = %s held=%v (%s), want invariant held=%v", i, r.Clause, r.Held, r.Message, tc.held[i])
+				}
+				if !tc.held[i] && r.Reason != "clause: invariant_violated" {
+					t.Errorf("result %d reason = %q", i, r.Reason)
+				}
+			}
+		})
+	}
+	if !set.HasAfter("ledger.debit") {
+		t.Errorf("HasAfter = false, want true")
 	}
 }

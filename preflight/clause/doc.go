@@ -3,11 +3,14 @@
 //
 // # Variables
 //
-// Preconditions and invariants see one variable, `args`, declared as
-// map(string, dyn): the call's top-level arguments, so `args.amountUsd > 0`
-// and `args.account.balance >= 0` type-check without a schema.
-// Postconditions also see `result` (dyn) and the function `old(dyn) -> dyn`,
-// which names a value as it was before the call.
+// Preconditions see one variable, `args`, declared as map(string, dyn): the
+// call's top-level arguments, so `args.amountUsd > 0` and
+// `args.account.balance >= 0` type-check without a schema. Postconditions and
+// invariants also see `result` (dyn), `status` (int) and the function
+// `old(dyn) -> dyn`, which names a value as it was before the call. An
+// invariant that reads `result` or `status` describes the state after the
+// call: it is evaluated on the response only; the others run before the call
+// (on the plan step and at the gate) and again on the response.
 //
 // # Compile at bundle load
 //
