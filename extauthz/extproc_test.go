@@ -1,6 +1,7 @@
 package extauthz_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net"
@@ -26,7 +27,8 @@ import (
 
 // outcomeData declares after-call clauses: a ledger debit whose result
 // must be the balance before the call less the amount, the same with
-// strict: false, and an echo with no contract.
+// strict: false, a debit whose invariant holds on the result, and an echo
+// with no contract.
 const outcomeData = `autonomy:
   capabilities:
     tool.echo: { zones: ["*"] }
@@ -41,6 +43,10 @@ const outcomeData = `autonomy:
       contract:
         postconditions: ["result.balance == old(args.balance) - args.amount"]
         strict: false
+    ledger.keep:
+      zones: ["*"]
+      contract:
+        invariants: ["args.amount > 0", "result.balance >= 0"]
 `
 
 // outcomeEnv is a gate over a real WAL and bundle with both Envoy services
@@ -226,6 +232,8 @@ func TestExtProcAsEnvoySendsIt(t *testing.T) {
 		reason   string
 		enforced bool
 		clause   string // the expression the 502 names
+		// clauseKind is the kind of clause the 502 names; "" is postcondition.
+		clauseKind string
 	}{
 		"headers only, no contract": {kind: "tool.echo", args: map[string]any{}, status: 204,
 			want: "pass", outcome: "ok", reason: "outcome: ok"},
@@ -242,6 +250,11 @@ func TestExtProcAsEnvoySendsIt(t *testing.T) {
 		"an oversized body is never passed": {kind: "tool.echo", args: map[string]any{}, status: 200, body: `{"x":"0123456789"}`,
 			opts: extauthz.ProcessorOptions{MaxBodyBytes: 8},
 			want: "502", outcome: "violated", reason: "outcome: unverified", enforced: true},
+		"an invariant that fails on the result": {kind: "ledger.keep", args: debit, status: 200, body: `{"balance":-5}`,
+			want: "502", outcome: "violated", reason: "clause: invariant_violated", enforced: true,
+			clause: "result.balance >= 0", clauseKind: "invariant"},
+		"an invariant that holds on the result": {kind: "ledger.keep", args: debit, status: 200, body: `{"balance":75}`,
+			want: "pass", outcome: "ok", reason: "outcome: ok"},
 		"strict false passes with the warning": {kind: "ledger.soft", args: debit, status: 200, body: `{"balance":50}`,
 			want: "warn", outcome: "violated", reason: "clause: postcondition_violated"},
 		"advisory records and passes": {mode: binding.ModeAdvisory, kind: "ledger.debit", args: debit, status: 200,
@@ -275,8 +288,9 @@ func TestExtProcAsEnvoySendsIt(t *testing.T) {
 				if v.Error.Reason != tc.reason || v.Error.AuditID != auditID {
 					t.Errorf("502 body %s: want reason %s and audit id %s", im.GetBody(), tc.reason, auditID)
 				}
+				kind := cmp.Or(tc.clauseKind, "postcondition")
 				if tc.clause != "" && (v.Error.Clause == nil || v.Error.Clause.Expression != tc.clause ||
-					v.Error.Clause.Kind != "postcondition" || v.Error.Code != "postcondition_violated") {
+					v.Error.Clause.Kind != kind || v.Error.Code != kind+"_violated") {
 					t.Errorf("502 body %s: want clause %q", im.GetBody(), tc.clause)
 				}
 			case "pass", "warn":
