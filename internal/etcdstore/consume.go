@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -261,14 +260,18 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 // its log running or waiting) in one transaction of its own that, if the marker
 // is taken, also puts the copies of the frames the consume then appends
 // (frames builds them) and their copy index: it takes the log's lead first, so the
-// frames' seqs and hashes are fixed before the commit (wal.Lead), and
-// commits them once etcd has taken the marker. It reports false, having
-// sent nothing, when the consume is not alone. A marker not taken lets go
-// of the lead (nothing was copied); an etcd error, which leaves the copies
-// maybe in etcd, and a failed local commit hold the log until the dropper
-// has deleted them, as a failed staged commit does (logAndCopy).
+// frames' seqs and hashes are fixed before the commit (wal.Lead). It
+// reports false, having sent nothing, when the consume is not alone. A
+// marker not taken lets go of the lead (nothing was copied); an etcd
+// error, which leaves the copies maybe in etcd, holds the log until the
+// dropper has deleted them, as a failed staged commit does (logAndCopy).
+// A marker taken is answered at once: the marker and the frames' copies
+// are committed in etcd, a quorum's disks, and the log commits the frames
+// in the background, still leading (commitLone). A lone consume that
+// finds that commit running waits for it rather than take the shared
+// path's two round trips.
 func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal.FrameInput) (attemptAnswer, bool) {
-	if !s.txns.idle() {
+	if !s.txns.idle() || s.loneCommitted(ctx) != nil {
 		return attemptAnswer{}, false
 	}
 	ins := frames()
@@ -277,7 +280,17 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 		return attemptAnswer{}, false
 	}
 	req := &copyRequest{done: make(chan struct{})}
-	fs, stored, err := lead.Stage(ins, func() { s.lose(req) })
+	// answered is set before commitLone starts, the only caller of lost
+	// after it: a commit that fails once the consume was answered leaves
+	// its copies to be taken up, not deleted.
+	answered := false
+	fs, stored, err := lead.Stage(ins, func() {
+		if answered {
+			s.takeUpLost()
+		} else {
+			s.lose(req)
+		}
+	})
 	if err != nil {
 		lead.Release()
 		return attemptAnswer{err: err}, true
@@ -308,14 +321,43 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	if s.afterSent != nil {
 		s.afterSent()
 	}
-	if err := lead.Commit(); err != nil {
-		if errors.Is(err, wal.ErrHeld) {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		s.wakeDropper()
-		return attemptAnswer{err: err}, true
-	}
+	answered = true
+	done := make(chan struct{})
+	s.loneMu.Lock()
+	s.lone = done
+	s.loneMu.Unlock()
+	go s.commitLone(lead, done)
 	return attemptAnswer{put: a}, true
+}
+
+// commitLone commits the frames of a lone consume that was answered, as
+// lead staged them, and closes done. A commit that fails holds the log
+// (wal.Lead) until the dropper has taken the frames up from their copies
+// (settle.go): the answer stands on the copies in etcd, as it does when
+// the process dies before the commit.
+func (s *Store) commitLone(lead *wal.Lead, done chan struct{}) {
+	defer close(done)
+	if err := lead.Commit(); err != nil {
+		s.logger.Error("etcd: an answered consume's frames did not reach the log; taking them up from their copies", "err", err)
+		s.wakeDropper()
+	}
+}
+
+// loneCommitted waits until the log's commit of the last answered lone
+// consume has ended, or ctx has.
+func (s *Store) loneCommitted(ctx context.Context) error {
+	s.loneMu.Lock()
+	done := s.lone
+	s.loneMu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // attempt is one call's try to take a step's marker, waiting for a

@@ -48,9 +48,17 @@
 //	Then(Put(P c/id/step), Put(P f/…) for each frame, Put(P r/<replica>/<last seq>))
 //	Else(Get(P b/id), Get(P c/id/ …))
 //
-// Once it commits, the log commits those frames and the allow is
-// answered: one round trip and the local commit, not a round trip, the
-// local commit and a copy's round trip beside it. A marker taken lets go
+// Once it commits, the allow is answered: the marker and the frames'
+// copies are on a quorum's disks, which is durable before answered as the
+// local fsync is. The log then commits those frames in the background,
+// still leading, so no other frame takes their seqs (commitLone): a
+// consume pays one round trip, not a round trip and the local commit. A
+// replica killed before that commit ends comes back with the copies past
+// its head and takes them up (Frames); a commit that fails holds the log
+// and the replica takes them up the same way, retrying until its log has
+// them, before it appends again. A lone consume that finds the previous
+// one's commit running waits for it (it is one fsync) rather than take
+// the shared path. A marker taken lets go
 // of the lead and goes on as above (Then did not run: nothing was
 // copied). An etcd error leaves the copies perhaps in etcd: the log is
 // held until they are deleted, as after a failed local commit (Frames).
@@ -140,7 +148,10 @@
 //     in the background, once their own transaction has ended, retrying
 //     until etcd takes the delete; until then every append and the
 //     readiness probe answer 503 (ErrUnavailable), and then the log
-//     appends again by itself.
+//     appends again by itself. The local commit of a lone consume that
+//     was answered (Consume-once) fails after its answer: the log is held
+//     the same way, and the store takes the frames up from their copies
+//     as below (settleCrashCopies), retrying until the log has them.
 //   - The process dies between the copy's commit and its fsync: when the
 //     store opens it holds the log, reads the copy indexes past the log's
 //     head (one range read of P r/<replica>/<head+1>…) and, for those whose
@@ -158,9 +169,12 @@
 //     its head as pending, not as a problem: the replica settles them
 //     before it appends.
 //
-// A call whose copy was taken up was never answered (its caller saw a
-// dropped connection), so adopting it records what happened: the marker
-// committed, the frames are in both places. The copies of preflights
+// A call whose copy was taken up was either never answered (its caller
+// saw a dropped connection) or was a lone consume answered on its copies,
+// so adopting it records what happened: the marker committed, the frames
+// are in both places. The replica must come back within record_ttl for
+// its own log to get them; every other replica's audit join shows them
+// from their copies meanwhile. The copies of preflights
 // (with the binding), approvals and outcomes are written after the local
 // commit, as before.
 //

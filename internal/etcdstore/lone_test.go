@@ -53,9 +53,13 @@ func consumeLoneT(t *testing.T, s *Store, b *preflight.Binding, req string) (uin
 	return head, err
 }
 
-// framesAfter are the log's frames past seq.
+// framesAfter are the log's frames past seq, once the commit of an
+// answered lone consume has ended.
 func framesAfter(t *testing.T, s *Store, seq uint64) []wal.Frame {
 	t.Helper()
+	if err := s.loneCommitted(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	head, _ := s.log.Head()
 	var fs []wal.Frame
 	err := s.log.View(func(tx *wal.Tx) error {

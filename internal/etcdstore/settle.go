@@ -40,6 +40,15 @@ func (s *Store) lose(req *copyRequest) {
 	s.dropMu.Unlock()
 }
 
+// takeUpLost records, in the log's commit loop, that an answered lone
+// consume's frames did not become durable in the log: the log is held
+// until the dropper has taken them up from their copies.
+func (s *Store) takeUpLost() {
+	s.dropMu.Lock()
+	s.takeUp = true
+	s.dropMu.Unlock()
+}
+
 // wakeDropper tells the dropper that lost copies wait. It is called by
 // the caller of a failed commit once it has its answer, so every lose of
 // that commit came before.
@@ -51,8 +60,10 @@ func (s *Store) wakeDropper() {
 }
 
 // dropper deletes the copies of failed local commits, retrying until etcd
-// takes the delete, then releases the log. It runs until the store is
-// closed; a log still held then is settled when a store opens it again.
+// takes the delete, or takes up those of an answered lone consume
+// (settleCrashCopies: they are the copies past the log's head), retrying
+// until the log has them, then releases the log. It runs until the store
+// is closed; a log still held then is settled when a store opens it again.
 func (s *Store) dropper() {
 	for {
 		select {
@@ -61,9 +72,16 @@ func (s *Store) dropper() {
 			return
 		}
 		s.dropMu.Lock()
-		lost := s.lost
-		s.lost = nil
+		lost, takeUp := s.lost, s.takeUp
+		s.lost, s.takeUp = nil, false
 		s.dropMu.Unlock()
+		if takeUp {
+			if err := s.retry("take up the copies of an answered consume", func() error { return s.settleCrashCopies(s.bg) }); err != nil {
+				return
+			}
+			s.log.Release()
+			s.logger.Info("etcd: an answered consume's frames are taken up from their copies; appending again")
+		}
 		if len(lost) == 0 {
 			continue
 		}

@@ -170,13 +170,14 @@ func TestFailedCommitHeldUntilEtcdTakesTheDelete(t *testing.T) {
 	checkClean(t, a)
 }
 
-// TestLoneFailedLocalCommitLeavesNoCopy: TestFailedLocalCommitLeavesNoCopy
-// for a lone consume, whose frames' copies went with its marker: when the
-// local commit then fails, the consume fails, the log is held until the
-// copies are deleted, no replica's audit join shows the decision, and the
-// step stays spent (the same request id is Repeated, its decision taking
-// the failed commit's seq).
-func TestLoneFailedLocalCommitLeavesNoCopy(t *testing.T) {
+// TestLoneFailedLocalCommitTakesCopiesUp: a lone consume is answered once
+// its marker and its frames' copies are committed in etcd, before the
+// local commit; when that commit then fails (the disk refuses the write),
+// the answer stands: the log is held (appends answer ErrUnavailable) until
+// it has taken the frames up from their copies, as after a crash, then
+// appends again by itself after them, and every replica's audit join has
+// the decision.
+func TestLoneFailedLocalCommitTakesCopiesUp(t *testing.T) {
 	prefix, dir := newPrefix(), t.TempDir()
 	a := open(t, "replica-a", prefix, dir)
 	defer closeStore(a)
@@ -192,22 +193,37 @@ func TestLoneFailedLocalCommitLeavesNoCopy(t *testing.T) {
 	a.afterSent = func() { restore = failingWrites(t, path) }
 	head, err := consumeLoneT(t, a, &bd, "req-failed")
 	a.afterSent = nil
-	if err == nil {
-		t.Fatal("lone consume whose local write failed: no error")
+	if err != nil {
+		t.Fatalf("lone consume whose local write then failed: %v; want it answered on its copies", err)
 	}
 	if restore == nil {
 		t.Fatal("the copies were not sent before the local commit")
 	}
+	if err := a.loneCommitted(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if seq, _ := a.log.Head(); seq != head {
+		t.Fatalf("log's head after the failed commit: %d, want %d", seq, head)
+	}
+	// Held until the frames are taken up; the disk refuses them until
+	// restored, so the hold outlasts a first try.
+	if _, err := a.AppendDecision(ctx, decisionIn("au_while_held")); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("append while held: %v, want ErrUnavailable", err)
+	}
 	restore()
 	waitReleased(t, a, 10*time.Second, nil)
-	if got, err := b.AuditFrames(ctx, bd.AuditID); err != nil || len(got) != 1 || got[0].Kind != wal.KindPreflight {
-		t.Fatalf("another replica's audit join after the failed commit: %+v, %v; want the preflight alone", got, err)
+	fs := framesAfter(t, a, head)
+	if len(fs) != 2 || fs[0].Kind != wal.KindConsumed || fs[1].Kind != wal.KindDecision {
+		t.Fatalf("frames after the failed commit: %+v; want the consume's two, taken up", fs)
+	}
+	if got, err := b.AuditFrames(ctx, bd.AuditID); err != nil || len(got) != 2 || got[1].Hash != fs[1].Hash {
+		t.Fatalf("another replica's audit join: %+v, %v; want the preflight and the decision", got, err)
 	}
 	if res, err := a.Consume(ctx, consumeIn(&bd, "req-failed")); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
 	}
-	if fs := framesAfter(t, a, head); len(fs) != 1 || fs[0].Seq != head+1 {
-		t.Fatalf("frames after the failed commit: %+v; want the repeat's decision at seq %d", fs, head+1)
+	if next := framesAfter(t, a, fs[1].Seq); len(next) != 1 || next[0].PrevHash != fs[1].Hash {
+		t.Fatalf("frames after the taken-up ones: %+v; want the repeat's decision, following them", next)
 	}
-	checkOnly(t, a, ProblemMarkerWithoutFrame)
+	checkClean(t, a)
 }

@@ -99,10 +99,17 @@ type Store struct {
 	// preflights' records (writes.go).
 	writes *batcher[*condWrite]
 	// lost are the copies of failed local commits, which the dropper
-	// deletes when dropWake tells it (settle.go).
+	// deletes when dropWake tells it (settle.go); takeUp is set when the
+	// failed commit was an answered lone consume's, whose copies the
+	// dropper takes up into the log instead.
 	dropMu   sync.Mutex
 	lost     []*copyRequest
+	takeUp   bool
 	dropWake chan struct{}
+	// loneMu guards lone: closed once the log's commit of the last lone
+	// consume, which was answered before it (consumeLone), has ended.
+	loneMu sync.Mutex
+	lone   chan struct{}
 	// afterSent, set by tests, runs in the log's commit loop once a copy
 	// was sent and before the local commit goes to the disk.
 	afterSent func()
