@@ -269,9 +269,9 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 // are committed in etcd, a quorum's disks, and the log commits the frames
 // in the background, still leading (commitLone). A lone consume that
 // finds that commit running waits for it rather than take the shared
-// path's two round trips.
+// path's two round trips, unless another already waits (awaitLone).
 func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal.FrameInput) (attemptAnswer, bool) {
-	if !s.txns.idle() || s.loneCommitted(ctx) != nil {
+	if !s.txns.idle() || !s.awaitLone(ctx) {
 		return attemptAnswer{}, false
 	}
 	ins := frames()
@@ -343,21 +343,33 @@ func (s *Store) commitLone(lead *wal.Lead, done chan struct{}) {
 	}
 }
 
-// loneCommitted waits until the log's commit of the last answered lone
-// consume has ended, or ctx has.
-func (s *Store) loneCommitted(ctx context.Context) error {
+// awaitLone waits for the log's commit of the last answered lone consume
+// when it still runs, so that this consume may lead next, and reports
+// whether it may try. One consume waits; the others take the shared path
+// rather than queue behind it.
+func (s *Store) awaitLone(ctx context.Context) bool {
 	s.loneMu.Lock()
 	done := s.lone
-	s.loneMu.Unlock()
-	if done == nil {
-		return nil
+	if done == nil || s.loneWaiting {
+		s.loneMu.Unlock()
+		return done == nil
 	}
 	select {
 	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		s.loneMu.Unlock()
+		return true
+	default:
 	}
+	s.loneWaiting = true
+	s.loneMu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	s.loneMu.Lock()
+	s.loneWaiting = false
+	s.loneMu.Unlock()
+	return ctx.Err() == nil && s.txns.idle()
 }
 
 // attempt is one call's try to take a step's marker, waiting for a

@@ -53,6 +53,23 @@ func consumeLoneT(t *testing.T, s *Store, b *preflight.Binding, req string) (uin
 	return head, err
 }
 
+// loneCommitted waits until the log's commit of the last answered lone
+// consume has ended, or ctx has.
+func (s *Store) loneCommitted(ctx context.Context) error {
+	s.loneMu.Lock()
+	done := s.lone
+	s.loneMu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // framesAfter are the log's frames past seq, once the commit of an
 // answered lone consume has ended.
 func framesAfter(t *testing.T, s *Store, seq uint64) []wal.Frame {
@@ -302,4 +319,39 @@ func TestConcurrentConsumesLogTogether(t *testing.T) {
 		}
 	}
 	checkOnly(t, a)
+}
+
+// TestLoneConsumesBackToBack: a consume that arrives while the previous
+// lone consume's local commit still runs (it was answered before it)
+// waits for that commit and goes alone too: each put its marker and its
+// frames' copy index in one transaction, and the log holds both consumes'
+// frames in order.
+func TestLoneConsumesBackToBack(t *testing.T) {
+	a := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(a)
+	ctx := context.Background()
+	bs := []preflight.Binding{recordSteps(t, a, "pf_back_1", 1), recordSteps(t, a, "pf_back_2", 1)}
+	head, _ := a.log.Head()
+	for i := range bs {
+		if res, err := a.Consume(ctx, consumeIn(&bs[i], "req-back")); err != nil || res.Status != wal.Consumed {
+			t.Fatalf("consume %d: %v, %v; want consumed", i, res.Status, err)
+		}
+	}
+	for i := range bs {
+		m, err := a.cli.Get(ctx, a.p.marker(bs[i].PreflightID, 0))
+		if err != nil || len(m.Kvs) != 1 {
+			t.Fatalf("marker %d: %v, %v", i, m, err)
+		}
+		rev := m.Kvs[0].ModRevision
+		idx, err := a.cli.Get(ctx, a.p.copyIndex("replica-a", head+2*uint64(i+1)), clientv3.WithRev(rev))
+		if err != nil || len(idx.Kvs) != 1 || idx.Kvs[0].ModRevision != rev {
+			t.Fatalf("consume %d's copy index at its marker's revision %d: %v, %v; want one transaction", i, rev, idx, err)
+		}
+	}
+	fs := framesAfter(t, a, head)
+	if len(fs) != 4 || fs[1].AuditID != bs[0].AuditID || fs[3].AuditID != bs[1].AuditID ||
+		fs[2].Kind != wal.KindConsumed || fs[3].Kind != wal.KindDecision {
+		t.Fatalf("frames after the two consumes: %+v; want each one's consumed and decision frames, in order", fs)
+	}
+	checkClean(t, a)
 }

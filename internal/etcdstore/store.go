@@ -106,10 +106,12 @@ type Store struct {
 	lost     []*copyRequest
 	takeUp   bool
 	dropWake chan struct{}
-	// loneMu guards lone: closed once the log's commit of the last lone
-	// consume, which was answered before it (consumeLone), has ended.
-	loneMu sync.Mutex
-	lone   chan struct{}
+	// loneMu guards lone, closed once the log's commit of the last lone
+	// consume, which was answered before it (consumeLone), has ended, and
+	// loneWaiting, set while a consume waits for it (awaitLone).
+	loneMu      sync.Mutex
+	lone        chan struct{}
+	loneWaiting bool
 	// afterSent, set by tests, runs in the log's commit loop once a copy
 	// was sent and before the local commit goes to the disk.
 	afterSent func()
