@@ -149,8 +149,14 @@ func (s *Service) Submit(ctx context.Context, sub Submission) (*Answer, *Error) 
 		}
 		unlock, err := s.o.Store.LockSession(waitCtx, in.sessionKey)
 		if err != nil {
+			// The wait ran out while others held the lock, or the store
+			// could not be asked (etcd down).
+			msg := "The state store could not be reached to lock this repair session; nothing was recorded, retry."
+			if waitCtx.Err() != nil {
+				msg = "Other submissions of this repair session are being decided; nothing was recorded, retry."
+			}
 			return nil, &Error{Status: http.StatusServiceUnavailable, Retryable: true, Err: err,
-				Fields: []Field{{Code: preflight.CodeVerifierUnavailable, Message: "Other submissions of this repair session are being decided; nothing was recorded, retry."}}}
+				Fields: []Field{{Code: preflight.CodeVerifierUnavailable, Message: msg}}}
 		}
 		defer unlock()
 	}

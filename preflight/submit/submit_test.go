@@ -2,9 +2,11 @@ package submit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +119,52 @@ func TestRecordsAndReplays(t *testing.T) {
 	again, e := svc.Submit(ctx, submit.Submission{Body: idem})
 	if e != nil || !again.Replayed || string(again.Body) != string(first.Body) {
 		t.Fatalf("retry under the same key: %+v, %v; want the first answer replayed", again, e)
+	}
+}
+
+// lockingStore is a log whose repair-session lock fails with err, or,
+// without one, waits until the caller gives up (another holds it).
+type lockingStore struct {
+	*wal.DB
+	err error
+}
+
+func (s lockingStore) LockSession(ctx context.Context, key string) (func(), error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSessionLockRefused: a submission whose repair session cannot be
+// locked is a retryable 503 verifier-unavailable that records nothing,
+// and its message says why: the store could not be asked, or others held
+// the lock until the wait ran out.
+func TestSessionLockRefused(t *testing.T) {
+	tests := map[string]struct {
+		err  error
+		want string
+	}{
+		"store unreachable": {err: errors.New("etcd unavailable"), want: "The state store could not be reached"},
+		"lock held":         {want: "Other submissions of this repair session are being decided"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc, db := newService(t, func(o *submit.Options) {
+				o.Store = lockingStore{DB: o.Store.(*wal.DB), err: tc.err}
+				o.SessionWait = time.Millisecond
+			})
+			_, e := svc.Submit(context.Background(), submit.Submission{Body: []byte(body), Arrived: time.Now()})
+			if e == nil || e.Status != http.StatusServiceUnavailable || e.Code() != preflight.CodeVerifierUnavailable || !e.Retryable {
+				t.Fatalf("error %+v, want a retryable 503 verifier-unavailable", e)
+			}
+			if !strings.HasPrefix(e.Fields[0].Message, tc.want) {
+				t.Errorf("message %q, want it to start %q", e.Fields[0].Message, tc.want)
+			}
+			if seq, _ := db.Head(); seq != 0 {
+				t.Errorf("%d frames written for a refused submission", seq)
+			}
+		})
 	}
 }
