@@ -85,7 +85,8 @@ var (
 // (Caddy, Traefik) or X-Original-Method/X-Original-URI (nginx) when present;
 // otherwise from the request itself, with the /v1/authz prefix removed
 // (Envoy http_service with path_prefix /v1/authz). A forwarded URI without
-// a forwarded method is taken as a POST, so it is checked, never assumed safe.
+// a forwarded method is taken as a POST, so it is checked, never assumed safe;
+// a forwarded method without a forwarded URI is refused.
 // When both pairs are present and disagree, the gate refuses the request
 // (gate: malformed_tool_call): one of them may come from the client. So it
 // does when the check's own line is a gated call (Envoy's form) and the
@@ -123,9 +124,12 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 		// checked, not waved through as GETs.
 		method = http.MethodPost
 	}
-	if uri == "" {
+	if uri == "" && !forwarded && !original {
 		uri = "/"
 	}
+	// A forwarded method without its URI names no request the gate can
+	// judge: the path stays empty and the gate refuses the check
+	// (gate: malformed_tool_call), rather than take it for the root.
 	if parsed, err := url.ParseRequestURI(uri); err == nil {
 		uri = parsed.RequestURI()
 	}

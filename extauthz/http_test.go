@@ -149,6 +149,13 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 			map[string]string{"X-Original-URI": "/v1/tool"}, nil, 403, "gate: malformed_tool_call"},
 		"forwarded URI without its method, with a kind": {http.MethodGet, "/v1/authz",
 			map[string]string{"X-Forwarded-Uri": "/v1/tool", "X-Tool-Kind": "tool.shell"}, nil, 403, preflight.ReasonPreflightRequired},
+		// A proxy that forwards the method but not the URI names no
+		// request: refused, not judged as the root path.
+		"forwarded method without its URI": {http.MethodPost, "/v1/authz",
+			map[string]string{"X-Forwarded-Method": "POST", "Content-Type": "application/json"},
+			[]byte(`{"kind":"tool.shell","args":{}}`), 403, "gate: malformed_tool_call"},
+		"original method without its URI": {http.MethodGet, "/v1/authz",
+			map[string]string{"X-Original-Method": "POST", "X-Tool-Kind": "tool.shell"}, nil, 403, "gate: malformed_tool_call"},
 		"gated path with a query": {http.MethodPost, "/v1/authz/v1/tool?x=1",
 			map[string]string{"Content-Type": "application/json"}, []byte(`{"kind":"tool.shell","args":{}}`), 403, preflight.ReasonPreflightRequired},
 		// Behind nginx (which sets X-Original-*) a client may send its own
