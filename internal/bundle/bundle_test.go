@@ -390,3 +390,29 @@ func TestMCPKindRule(t *testing.T) {
 		})
 	}
 }
+
+// TestRevisionDigestsLoadedData: as docs/OPERATIONS.md says, the revision
+// digests the Rego files as written and the data as loaded, so a comment in
+// data.yaml or the same data in data.json keeps it, while a comment in a
+// .rego file or another data value makes a new one.
+func TestRevisionDigestsLoadedData(t *testing.T) {
+	const policy = "package autonomy\n\ndefault allow := false\n"
+	const data = "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"
+	base := bundletest.Load(t, map[string]string{"policy.rego": policy, "data.yaml": data}, nil).Revision()
+	for name, files := range map[string]map[string]string{
+		"comment in data.yaml": {"policy.rego": policy, "data.yaml": "# a comment\n" + data},
+		"data.json instead":    {"policy.rego": policy, "data.json": `{"autonomy":{"capabilities":{"tool.echo":{"zones":["*"]}}}}`},
+	} {
+		if got := bundletest.Load(t, files, nil).Revision(); got != base {
+			t.Errorf("%s: revision %s, want %s (the same data loaded)", name, got, base)
+		}
+	}
+	for name, files := range map[string]map[string]string{
+		"comment in policy.rego": {"policy.rego": policy + "# a comment\n", "data.yaml": data},
+		"another zone":           {"policy.rego": policy, "data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"payments\"] }\n"},
+	} {
+		if got := bundletest.Load(t, files, nil).Revision(); got == base {
+			t.Errorf("%s: revision %s unchanged, want a new one", name, got)
+		}
+	}
+}
