@@ -156,7 +156,7 @@ func TestReadyzFollowsTheWAL(t *testing.T) {
 		if status != wantHTTP || !strings.Contains(string(body), wantReason) {
 			t.Fatalf("/readyz = %d %s, want %d containing %q", status, body, wantHTTP, wantReason)
 		}
-		for _, service := range []string{"", authzServiceName} {
+		for _, service := range []string{"", authzServiceName, extprocServiceName} {
 			resp, err := e.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
 			if err != nil {
 				t.Fatal(err)

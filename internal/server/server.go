@@ -450,12 +450,21 @@ func (s *Server) probe(ctx context.Context) error {
 	} else if !was {
 		s.log.Info("service ready again")
 	}
-	s.health.SetServingStatus("", status)
-	s.health.SetServingStatus(authzServiceName, status)
+	for _, name := range healthServices {
+		s.health.SetServingStatus(name, status)
+	}
 	return err
 }
 
-const authzServiceName = "envoy.service.auth.v3.Authorization"
+const (
+	authzServiceName   = "envoy.service.auth.v3.Authorization"
+	extprocServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
+)
+
+// healthServices are the names grpc.health.v1 answers for: the server as
+// a whole and each Envoy service on the gRPC listener, so an Envoy health
+// check that names the service it calls gets an answer.
+var healthServices = []string{"", authzServiceName, extprocServiceName}
 
 // Gate returns the gate (tests and benchmarks drive it directly).
 func (s *Server) Gate() *binding.Gate { return s.gate }
