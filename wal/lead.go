@@ -41,12 +41,23 @@ func (db *DB) TryLead() (*Lead, bool) {
 	default:
 		return nil, false
 	}
+	if db.beforeLead != nil {
+		db.beforeLead()
+	}
 	db.wmu.Lock()
 	lone := !db.leading
 	db.leading = true
 	db.wmu.Unlock()
 	if !lone {
 		<-db.slots
+		return nil, false
+	}
+	// A commit that failed after the first look set the hold before it
+	// let go of the lead: a lead taken now would stage at the seqs whose
+	// copies are being withdrawn.
+	if db.held.Load() {
+		<-db.slots
+		db.release()
 		return nil, false
 	}
 	w := &write{stage: &stage{}, done: make(chan error, 1)}

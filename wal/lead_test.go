@@ -149,3 +149,30 @@ func TestLeadReleaseAndLose(t *testing.T) {
 		t.Fatalf("append after the release: %+v, %v; want seq %d", fs, err, staged[0].Seq)
 	}
 }
+
+// TestLeadNotTakenOfALogHeldMeanwhile: a commit that fails after TryLead
+// first found the log free holds it before it lets go of the lead; the
+// lead TryLead then takes is given back, not used to stage at the seqs
+// the failed commit's copies name.
+func TestLeadNotTakenOfALogHeldMeanwhile(t *testing.T) {
+	db, err := Open(t.TempDir(), &Options{Replica: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.beforeLead = db.Hold
+	if lead, ok := db.TryLead(); ok {
+		lead.Release()
+		t.Fatal("a lead taken of a log held between TryLead's look and its lead")
+	}
+	db.beforeLead = nil
+	db.Release()
+	lead, ok := db.TryLead()
+	if !ok {
+		t.Fatal("no lead taken once the hold ended: the refused lead was not given back")
+	}
+	lead.Release()
+	if err := db.Probe(context.Background()); err != nil {
+		t.Fatalf("probe after the leads: %v", err)
+	}
+}

@@ -164,6 +164,10 @@ type DB struct {
 
 	// pages schedules the releases of the mapping's pages (resident.go).
 	pages *pages
+
+	// beforeLead, set by tests, runs in TryLead between its first look at
+	// the hold and taking the lead.
+	beforeLead func()
 }
 
 type chainPoint struct {
