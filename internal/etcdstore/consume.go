@@ -337,8 +337,13 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 // the process dies before the commit.
 func (s *Store) commitLone(lead *wal.Lead, done chan struct{}) {
 	defer close(done)
+	if s.beforeLoneCommit != nil {
+		s.beforeLoneCommit()
+	}
 	if err := lead.Commit(); err != nil {
-		s.logger.Error("etcd: an answered consume's frames did not reach the log; taking them up from their copies", "err", err)
+		// Also a commit that reached the disk and then found the file
+		// gone: the log holds only when the frames are not in it.
+		s.logger.Error("etcd: the log's commit of an answered consume failed; its frames are taken up from their copies if the log lacks them", "err", err)
 		s.wakeDropper()
 	}
 }

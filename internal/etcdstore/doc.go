@@ -56,9 +56,10 @@
 // replica killed before that commit ends comes back with the copies past
 // its head and takes them up (Frames); a commit that fails holds the log
 // and the replica takes them up the same way, retrying until its log has
-// them, before it appends again. A lone consume that finds the previous
-// one's commit running waits for it (it is one fsync) rather than take
-// the shared path. A marker taken lets go
+// them, before it appends again. One consume that finds the previous
+// lone one's commit running waits for it (it is one fsync) to lead next;
+// others that arrive meanwhile take the shared path at once, as does the
+// waiter when the log's lead is taken by then (awaitLone). A marker taken lets go
 // of the lead and goes on as above (Then did not run: nothing was
 // copied). An etcd error leaves the copies perhaps in etcd: the log is
 // held until they are deleted, as after a failed local commit (Frames).
@@ -118,7 +119,9 @@
 // # Frames
 //
 // Each replica writes every frame to its own hash-chained WAL and a copy
-// to P f/…, both durable before the answer that depends on them; the
+// to P f/…, both durable before the answer that depends on them (a lone
+// consume's copies before its answer, its local write after it:
+// Consume-once); the
 // copies of concurrent calls share transactions, with the consumes'
 // marker sub-transactions (txns.go: up to 127 copies and the copy index,
 // fewer beside sub-transactions, or 1 MiB, one in flight), so a lone call

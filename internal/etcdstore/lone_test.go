@@ -355,3 +355,72 @@ func TestLoneConsumesBackToBack(t *testing.T) {
 	}
 	checkClean(t, a)
 }
+
+// TestOneConsumeWaitsForALoneCommit: while an answered lone consume's
+// local commit runs, one consume waits for it to lead next, and the
+// others take the shared path at once rather than queue behind it: a
+// third consume's marker reaches etcd while the second still waits.
+func TestOneConsumeWaitsForALoneCommit(t *testing.T) {
+	a := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(a)
+	ctx := context.Background()
+	bs := []preflight.Binding{recordSteps(t, a, "pf_wait_1", 1), recordSteps(t, a, "pf_wait_2", 1), recordSteps(t, a, "pf_wait_3", 1)}
+	head, _ := a.log.Head()
+	release := make(chan struct{})
+	var held atomic.Bool
+	a.beforeLoneCommit = func() {
+		if held.CompareAndSwap(false, true) {
+			<-release
+		}
+	}
+	if res, err := a.Consume(ctx, consumeIn(&bs[0], "req-wait")); err != nil || res.Status != wal.Consumed {
+		t.Fatalf("first consume: %v, %v; want consumed, answered before its commit", res.Status, err)
+	}
+	errs := make(chan error, 2)
+	consume := func(b *preflight.Binding) {
+		res, err := a.Consume(ctx, consumeIn(b, "req-wait"))
+		if err == nil && res.Status != wal.Consumed {
+			err = fmt.Errorf("%s: %v, want consumed", b.PreflightID, res.Status)
+		}
+		errs <- err
+	}
+	marker := func(b *preflight.Binding) bool {
+		resp, err := a.cli.Get(ctx, a.p.marker(b.PreflightID, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Kvs) == 1
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); {
+			if time.Now().After(deadline) {
+				close(release)
+				t.Fatalf("%s: not within 10 s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	go consume(&bs[1])
+	waitFor("the second consume waiting for the lone commit", func() bool {
+		a.loneMu.Lock()
+		defer a.loneMu.Unlock()
+		return a.loneWaiting
+	})
+	go consume(&bs[2])
+	waitFor("the third consume's marker in etcd", func() bool { return marker(&bs[2]) })
+	if marker(&bs[1]) {
+		close(release)
+		t.Fatal("the second consume's marker is in etcd while it waits for the lone commit")
+	}
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fs := framesAfter(t, a, head); len(fs) != 6 {
+		t.Fatalf("frames after the three consumes: %d, want each one's consumed and decision frames", len(fs))
+	}
+	checkClean(t, a)
+}

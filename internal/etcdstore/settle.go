@@ -75,16 +75,12 @@ func (s *Store) dropper() {
 		lost, takeUp := s.lost, s.takeUp
 		s.lost, s.takeUp = nil, false
 		s.dropMu.Unlock()
-		if takeUp {
-			if err := s.retry("take up the copies of an answered consume", func() error { return s.settleCrashCopies(s.bg) }); err != nil {
-				return
-			}
-			s.log.Release()
-			s.logger.Info("etcd: an answered consume's frames are taken up from their copies; appending again")
-		}
-		if len(lost) == 0 {
+		if len(lost) == 0 && !takeUp {
 			continue
 		}
+		// The copies of unanswered commits go first, so that what is
+		// taken up past the head is only what was answered; the log is
+		// released once both are settled.
 		var keys []string
 		for _, r := range lost {
 			// A copy still on its way would land after the delete.
@@ -98,11 +94,22 @@ func (s *Store) dropper() {
 			}
 			keys = append(keys, r.index)
 		}
-		if err := s.retry("delete the copies of a failed local commit", func() error { return s.deleteKeys(keys) }); err != nil {
-			return
+		if len(keys) > 0 {
+			if err := s.retry("delete the copies of a failed local commit", func() error { return s.deleteKeys(keys) }); err != nil {
+				return
+			}
+			s.logger.Info("etcd: the copies of a failed local commit are deleted", "copies", len(keys)-len(lost))
+		}
+		// A log that is not trusted writes nothing, and its owner must
+		// act: the copies stay in etcd for it.
+		if takeUp && s.log.Trusted() == nil {
+			if err := s.retry("take up the copies of an answered consume", func() error { return s.settleCrashCopies(s.bg) }); err != nil {
+				return
+			}
+			s.logger.Info("etcd: an answered consume's frames are taken up from their copies")
 		}
 		s.log.Release()
-		s.logger.Info("etcd: the copies of a failed local commit are deleted; appending again", "copies", len(keys)-len(lost))
+		s.logger.Info("etcd: the log appends again")
 	}
 }
 

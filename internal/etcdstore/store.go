@@ -115,6 +115,9 @@ type Store struct {
 	// afterSent, set by tests, runs in the log's commit loop once a copy
 	// was sent and before the local commit goes to the disk.
 	afterSent func()
+	// beforeLoneCommit, set by tests, runs before the background commit
+	// of an answered lone consume (commitLone).
+	beforeLoneCommit func()
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]
