@@ -69,6 +69,8 @@ type Bundle struct {
 	denyReason rego.PreparedEvalQuery
 	timeout    time.Duration
 	reads      inputReads
+	// noAllow is set when no module defines data.autonomy.allow (Warnings).
+	noAllow bool
 }
 
 // Load loads the bundle in dir, or the embedded default bundle when dir is "".
@@ -134,6 +136,7 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: %w", source, compiler.Errors)
 	}
 	b.reads = inputReadsOf(compiler)
+	b.noAllow = len(compiler.GetRulesExact(allowRef)) == 0
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		// Strict builtin errors: a builtin that fails (a bad argument, a
 		// division by zero) is an evaluation error, so the gate answers 503
@@ -469,6 +472,20 @@ func (b *Bundle) Clauses() preflight.ClauseChecker { return b.clauses }
 
 // ClauseSet returns the compiled clauses with their reporting methods.
 func (b *Bundle) ClauseSet() *clause.Set { return b.clauses }
+
+// allowRef is the rule the gate asks.
+var allowRef = ast.MustParseRef("data.autonomy.allow")
+
+// Warnings are what check-config and serve say of a bundle that loads but
+// cannot be what its author meant: a policy that defines no
+// data.autonomy.allow (a package named otherwise, say) denies every call,
+// as an undefined allow does.
+func (b *Bundle) Warnings() []string {
+	if b.noAllow {
+		return []string{"the policy defines no rule data.autonomy.allow (is its package autonomy?): every call is denied as policy: denied"}
+	}
+	return nil
+}
 
 // Unenforced describes, one line per clause in kind order, the clauses the
 // bundle accepted and type-checked but that nothing evaluates: every

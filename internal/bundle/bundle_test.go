@@ -416,3 +416,37 @@ func TestRevisionDigestsLoadedData(t *testing.T) {
 		}
 	}
 }
+
+// TestWarnsOfAPolicyWithoutAllow: a policy that defines no
+// data.autonomy.allow loads (an undefined allow denies), and the bundle
+// says so; one that defines it, even only as a default, does not.
+func TestWarnsOfAPolicyWithoutAllow(t *testing.T) {
+	data := "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"
+	tests := map[string]struct {
+		policy string
+		warned bool
+	}{
+		"another package": {"package other\n\nallow := true\n", true},
+		"no allow rule":   {"package autonomy\n\ndeny_reason := \"closed\"\n", true},
+		"a default allow": {"package autonomy\n\ndefault allow := false\n", false},
+		"an allow rule":   {"package autonomy\n\nimport rego.v1\n\nallow if input.action.kind == \"tool.echo\"\n", false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": tc.policy, "data.yaml": data}), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.Warnings(); (len(got) > 0) != tc.warned {
+				t.Fatalf("warnings %q, want some: %v", got, tc.warned)
+			}
+		})
+	}
+	def, err := bundle.Load(context.Background(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := def.Warnings(); len(got) != 0 {
+		t.Fatalf("the embedded default bundle warns: %q", got)
+	}
+}

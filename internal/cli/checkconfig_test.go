@@ -104,3 +104,18 @@ func TestCheckConfigClauses(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigWarnsOfNoAllow: a bundle whose policy defines no
+// data.autonomy.allow passes check-config (it denies every call, as an
+// undefined allow does) with a warning line that says so.
+func TestCheckConfigWarnsOfNoAllow(t *testing.T) {
+	dir := bundletest.Dir(t, map[string]string{"policy.rego": "package authz\n\nallow := true\n",
+		"data.yaml": "autonomy:\n  capabilities: {}\n"})
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"check-config", "--bundle", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "warning: the policy defines no rule data.autonomy.allow") {
+		t.Fatalf("stdout lacks the warning:\n%s", stdout.String())
+	}
+}

@@ -256,6 +256,9 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 			for _, note := range b.Unenforced() {
 				fmt.Fprintln(stdout, "note:", note)
 			}
+			for _, w := range b.Warnings() {
+				fmt.Fprintln(stdout, "warning:", w)
+			}
 			return nil
 		},
 	}

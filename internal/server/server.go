@@ -153,6 +153,9 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	for _, note := range b.Unenforced() {
 		s.log.Warn("clause not enforced", "note", note)
 	}
+	for _, w := range b.Warnings() {
+		s.log.Warn("policy bundle", "warning", w)
+	}
 	store, err := s.openStores(ctx, &cfg)
 	if err != nil {
 		return nil, err
