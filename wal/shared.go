@@ -26,6 +26,15 @@ func (r *ConsumeRequest) ConsumeFrames(res ConsumeResult) []FrameInput {
 	return ins
 }
 
+// RepeatFrames are ConsumeFrames for a repeat whose first call left no
+// autonomy.preflight_consumed frame in any log (a shared store that lost
+// its answer after the marker committed): that consumed frame, then the
+// repeat's decision, so the allow the repeat gives has its consume on
+// record.
+func (r *ConsumeRequest) RepeatFrames(res ConsumeResult) []FrameInput {
+	return append([]FrameInput{r.consumedFrame(res)}, r.ConsumeFrames(res)...)
+}
+
 // AppendFrames durably appends ins in one commit.
 func (db *DB) AppendFrames(ctx context.Context, ins []FrameInput) ([]Frame, error) {
 	for i := range ins {

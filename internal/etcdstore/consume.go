@@ -173,8 +173,34 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 	if err != nil || logged {
 		return res, err
 	}
-	_, err = s.logAndCopy(ctx, r.ConsumeFrames(res))
+	ins := r.ConsumeFrames(res)
+	if res.Status == wal.Repeated {
+		if ins, err = s.repeatFrames(ctx, &r, res); err != nil {
+			return wal.ConsumeResult{}, err
+		}
+	}
+	_, err = s.logAndCopy(ctx, ins)
 	return res, err
+}
+
+// repeatFrames are the frames a repeat logs: its decision, after the
+// autonomy.preflight_consumed frame of the call it repeats when no
+// replica's log or copy holds one. That call's marker committed but its
+// answer was lost (the request timed out): a lone consume's copies were
+// then withdrawn, a shared one logged nothing, and the allow the repeat
+// gives must not stand without its consume on record.
+func (s *Store) repeatFrames(ctx context.Context, r *wal.ConsumeRequest, res wal.ConsumeResult) ([]wal.FrameInput, error) {
+	fs, err := s.AuditFramesOf(ctx, r.Binding.AuditID, []string{wal.KindConsumed})
+	if err != nil {
+		return nil, err
+	}
+	for i := range fs {
+		a, err := fs[i].Consumed()
+		if err == nil && a.PreflightID == r.Binding.PreflightID && a.StepID == res.StepID && a.RequestID == r.RequestID {
+			return r.ConsumeFrames(res), nil
+		}
+	}
+	return r.RepeatFrames(res), nil
 }
 
 // decide decides the consume in etcd. With log set its first attempt

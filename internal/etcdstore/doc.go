@@ -35,6 +35,11 @@
 // decision frames then go to the replica's own WAL and their copies to
 // etcd; a failure there returns an error (the caller denies with 503), and
 // the step stays spent: a retry under the same request id is Repeated.
+// A repeat reads the audit id's autonomy.preflight_consumed frames (every
+// replica's copies and the local log) and, when none records the call it
+// repeats (its marker committed but its answer was lost, so its frames
+// were withdrawn or never written), logs that consumed frame before its
+// decision: an allow never stands without its consume on record.
 //
 // A lone consume (no shared write transaction of the replica's in flight or
 // waiting, no commit of its log running or waiting) is one transaction.

@@ -245,7 +245,9 @@ func (t *lostAnswerTxn) Commit() (*clientv3.TxnResponse, error) {
 // committed but whose answer was lost fails (503) without logging its
 // frames; the log is held until their copies, which the transaction put,
 // are deleted, then appends again from the seqs they had, and the step
-// stays spent: the same request id is Repeated.
+// stays spent: the same request id is Repeated, and the repeat logs the
+// consumed frame the lost call left unlogged before its decision, so the
+// allow it gives has its consume on record.
 func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	prefix := newPrefix()
 	a := open(t, "replica-a", prefix, t.TempDir())
@@ -273,10 +275,21 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	if res, err := a.Consume(ctx, consumeIn(&bd, "req-lost")); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)
 	}
-	if fs := framesAfter(t, a, head); len(fs) != 1 || fs[0].Seq != head+1 {
-		t.Fatalf("frames after the lost answer: %+v; want the repeat's decision at seq %d", fs, head+1)
+	fs := framesAfter(t, a, head)
+	if len(fs) != 2 || fs[0].Kind != wal.KindConsumed || fs[1].Kind != wal.KindDecision {
+		t.Fatalf("frames after the lost answer: %+v; want the consumed frame, then the repeat's decision", fs)
 	}
-	checkOnly(t, a, ProblemMarkerWithoutFrame)
+	if c, err := fs[0].Consumed(); err != nil || c.RequestID != "req-lost" || c.StepID != bd.Steps[0].ID {
+		t.Fatalf("the consumed frame the repeat logged: %+v, %v; want request req-lost, step %s", c, err, bd.Steps[0].ID)
+	}
+	// A second repeat finds that frame and logs its decision alone.
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-lost")); err != nil || res.Status != wal.Repeated {
+		t.Fatalf("the consume a third time: %v, %v; want repeated", res.Status, err)
+	}
+	if next := framesAfter(t, a, fs[1].Seq); len(next) != 1 || next[0].Kind != wal.KindDecision {
+		t.Fatalf("frames after the second repeat: %+v; want its decision alone", next)
+	}
+	checkClean(t, a)
 }
 
 // TestConcurrentConsumesLogTogether: concurrent consumes on distinct ids,
