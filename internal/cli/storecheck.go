@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/display"
 	"github.com/contractrefine/autonomy/internal/etcdstore"
+	"github.com/contractrefine/autonomy/wal"
 )
 
 func init() {
@@ -34,7 +36,10 @@ replica's data directory, or a copy of it, while the others serve):
   lacks: no copy, no binding, no marker of the consuming request.
 
 The etcd settings come from --config (store.etcd.*); --etcd-endpoints and
---replica-id override them. Every etcd read is made at one revision.`,
+--replica-id override them. The replica is --replica-id, else replica_id
+from --config, else the one the WAL's newest frame names, else the host
+name; one that is not the WAL's is refused. Every etcd read is made at one
+revision.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load(*file)
@@ -64,6 +69,16 @@ The etcd settings come from --config (store.etcd.*); --etcd-endpoints and
 				return err
 			}
 			defer db.Close()
+			// The replica a log belongs to is the one its frames name:
+			// checked under another name, its records would all look
+			// absent and the check would pass on nothing.
+			if named, err := logReplica(db); err != nil {
+				return err
+			} else if named != "" && cfg.ReplicaID == "" {
+				cfg.ReplicaID = named
+			} else if named != "" && named != cfg.ReplicaID {
+				return fmt.Errorf("the WAL's newest frame names replica %q, not %q: give --replica-id %s", named, cfg.ReplicaID, named)
+			}
 			e := &cfg.Store.Etcd
 			st, err := etcdstore.Open(etcdstore.Options{Endpoints: e.Endpoints, Prefix: e.Prefix, DialTimeout: e.DialTimeout,
 				RequestTimeout: e.RequestTimeout, TLS: tc, RecordTTL: e.RecordTTL, Replica: cfg.Replica(), Log: db, Inspect: true})
@@ -92,7 +107,7 @@ The etcd settings come from --config (store.etcd.*); --etcd-endpoints and
 		},
 	}
 	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", "", "etcd endpoints URL[,URL...] (default: store.etcd.endpoints from --config)")
-	cmd.Flags().StringVar(&replica, "replica-id", "", "the replica whose WAL this is (default: replica_id from --config, else the host name)")
+	cmd.Flags().StringVar(&replica, "replica-id", "", "the replica whose WAL this is (default: replica_id from --config, else the one its newest frame names, else the host name)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }
@@ -127,4 +142,28 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// logReplica is the replica the log's newest frame names ("" for an empty
+// log or a frame written without one).
+func logReplica(db *wal.DB) (string, error) {
+	seq, _ := db.Head()
+	if seq == 0 {
+		return "", nil
+	}
+	var f wal.Frame
+	if err := db.View(func(tx *wal.Tx) error {
+		var err error
+		f, err = tx.Frame(seq)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	var a struct {
+		Replica string `json:"replica"`
+	}
+	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+		return "", fmt.Errorf("frame %d: %w", seq, err)
+	}
+	return a.Replica, nil
 }

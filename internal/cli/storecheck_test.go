@@ -83,6 +83,16 @@ func TestWALCheckStore(t *testing.T) {
 		t.Fatalf("table output: exit %d\n%s", code, out)
 	}
 
+	// Without --replica-id the log's frames name the replica; a name that
+	// is not theirs is refused rather than checked against nothing.
+	code, out, errs := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--json")
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Replica != "replica-a" || rep.Frames != 3 {
+		t.Fatalf("check-store without --replica-id: exit %d, %+v, %v\n%s%s; want replica-a's 3 frames checked", code, rep, err, out, errs)
+	}
+	if code, _, errs := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--replica-id", "replica-b"); code == 0 || !strings.Contains(errs, `names replica "replica-a"`) {
+		t.Fatalf("check-store under another replica's name: exit %d\n%s; want a refusal naming replica-a", code, errs)
+	}
+
 	// The WAL without the consume's two frames, as a kill during their
 	// commit leaves it: their copies are pending (the replica takes them
 	// up when it opens), the marker has no frames.
