@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -159,11 +158,9 @@ func logReplica(db *wal.DB) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	var a struct {
-		Replica string `json:"replica"`
-	}
-	if err := json.Unmarshal(f.Attrs, &a); err != nil {
+	var named string
+	if _, err := f.Attr(wal.AttrReplica, &named); err != nil {
 		return "", fmt.Errorf("frame %d: %w", seq, err)
 	}
-	return a.Replica, nil
+	return named, nil
 }
