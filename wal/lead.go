@@ -52,16 +52,15 @@ func (db *DB) TryLead() (*Lead, bool) {
 		<-db.slots
 		return nil, false
 	}
+	lead := &Lead{db: db, head: db.head, last: db.head, w: &write{stage: &stage{}, done: make(chan error, 1)}}
 	// A commit that failed after the first look set the hold before it
 	// let go of the lead: a lead taken now would stage at the seqs whose
 	// copies are being withdrawn.
 	if db.held.Load() {
-		<-db.slots
-		db.release()
+		lead.Release()
 		return nil, false
 	}
-	w := &write{stage: &stage{}, done: make(chan error, 1)}
-	return &Lead{db: db, head: db.head, last: db.head, w: w}, true
+	return lead, true
 }
 
 // Head is the seq and hash of the log's newest frame, which the staged

@@ -159,7 +159,7 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 				}
 				if l.name == Invariants {
 					ck.bindings = bindings(ast.NativeRep().Expr(), argsVar, resultVar, statusVar)
-					ck.afterOnly = len(bindings(ast.NativeRep().Expr(), resultVar, statusVar)) > 0
+					ck.afterOnly = slices.ContainsFunc(ck.bindings, func(b binding) bool { return b.root != argsVar })
 				}
 				c.checks = append(c.checks, ck)
 			}
