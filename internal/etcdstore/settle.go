@@ -135,8 +135,9 @@ func (s *Store) deleteKeys(keys []string) error {
 }
 
 // retry runs fn until it succeeds, waiting longer after each failure (up
-// to five seconds), and logs the first failure. It fails only once the
-// store is closed.
+// to a second: the log appends nothing meanwhile, so it should append
+// again soon after etcd answers), and logs the first failure. It fails
+// only once the store is closed.
 func (s *Store) retry(what string, fn func() error) error {
 	wait := 50 * time.Millisecond
 	for try := 0; ; try++ {
@@ -152,7 +153,7 @@ func (s *Store) retry(what string, fn func() error) error {
 		case <-s.bg.Done():
 			return fmt.Errorf("%w: store closed", ErrUnavailable)
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, time.Second)
 	}
 }
 
