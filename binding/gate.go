@@ -259,6 +259,10 @@ type Request struct {
 	Principal string
 	// batchItem marks one message of an MCP batch, decided on its own.
 	batchItem bool
+	// auditID, for a batch's message, is the batch's own audit id: the
+	// decision frame of a message that presents no known preflight goes
+	// under it (checkBatch).
+	auditID string
 }
 
 // undescribed returns why the gate cannot tell which request r is, or nil:
@@ -303,6 +307,9 @@ type Decision struct {
 	// when rpcBatch; they shape the deny (MCPDenyBody).
 	rpc      []rpcMessage
 	rpcBatch bool
+	// batch are the decisions of an allowed batch's messages, in its
+	// order: the gateway judges each tools/call's answer with its own.
+	batch []Decision
 	// argsDigest is the args digest a stored decision frame recorded
 	// (Gate.Report compares a runtime's report with it).
 	argsDigest string
@@ -496,7 +503,6 @@ func (g *Gate) readRequest(r *Request, pol Policy, d *Decision) *call {
 		c.gated = true
 		c.contract, c.errDetail = preflight.ReasonMalformedToolCall, err
 	}
-	d.Gated = c.gated
 	if c.gated && c.contract == "" {
 		if err := g.readCall(c); err != nil {
 			c.contract = preflight.ReasonMalformedToolCall
@@ -510,6 +516,9 @@ func (g *Gate) readRequest(r *Request, pol Policy, d *Decision) *call {
 			}
 		}
 	}
+	// An MCP message other than tools/call is not gated (readMCP): its
+	// answer is not judged either.
+	d.Gated = c.gated
 	d.ToolKind = c.kind
 	if c.rpcRead {
 		d.rpc = []rpcMessage{c.rpc}
@@ -644,6 +653,9 @@ func (g *Gate) identity(r *Request) string {
 func (g *Gate) auditID(c *call) string {
 	if c.bound != nil {
 		return c.b.AuditID
+	}
+	if c.req.auditID != "" {
+		return c.req.auditID
 	}
 	if g.o.NewID != nil {
 		return g.o.NewID()

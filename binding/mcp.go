@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -204,28 +205,29 @@ func readToolCall(c *call, doc any) error {
 // run), so fail-closed never lets a batch spend more than it was allowed.
 // Each message gets the request id and its index, so that a retry of the
 // batch repeats each call's allow while two calls in one batch are two
-// calls, not a retry of one.
+// calls, not a retry of one. A message that presents no known preflight
+// is decided under the batch's own audit id, which the allow hands
+// upstream (x-autonomy-audit-id): the answers are judged by it (Outcome).
 func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessage) Decision {
 	all := make([]rpcMessage, len(msgs))
 	for i, m := range msgs {
 		all[i] = peekRPC(m)
 	}
+	batchAudit := ""
+	if g.o.NewID != nil {
+		batchAudit = g.o.NewID()
+	}
 	var first Decision
+	decisions := make([]Decision, 0, len(msgs))
 	for i, m := range msgs {
-		one := *r
-		one.Body, one.batchItem = m, true
-		one.Headers = make(map[string]string, len(r.Headers))
-		for k, v := range r.Headers {
-			one.Headers[k] = v
-		}
-		if id := r.Headers[HeaderRequestID]; id != "" {
-			one.Headers[HeaderRequestID] = id + "/" + strconv.Itoa(i)
-		}
-		d := g.Check(ctx, &one)
+		one := batchItem(r, m, i)
+		one.auditID = batchAudit
+		d := g.Check(ctx, one)
 		d.rpc, d.rpcBatch = all, true
 		if !d.Allowed {
 			return d
 		}
+		decisions = append(decisions, d)
 		if i == 0 || (first.ToolKind == "" && d.ToolKind != "") {
 			adv := first.AdvisoryReason
 			first = d
@@ -236,7 +238,27 @@ func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessag
 			first.AdvisoryReason = d.AdvisoryReason
 		}
 	}
+	first.batch = decisions
+	first.Gated = slices.ContainsFunc(decisions, func(d Decision) bool { return d.Gated })
+	if batchAudit != "" {
+		first.AuditID = batchAudit
+	}
 	return first
+}
+
+// batchItem is message i of the batch r carries, as a request of its own:
+// r's headers, its request id followed by /i.
+func batchItem(r *Request, m json.RawMessage, i int) *Request {
+	one := *r
+	one.Body, one.batchItem = m, true
+	one.Headers = make(map[string]string, len(r.Headers))
+	for k, v := range r.Headers {
+		one.Headers[k] = v
+	}
+	if id := r.Headers[HeaderRequestID]; id != "" {
+		one.Headers[HeaderRequestID] = id + "/" + strconv.Itoa(i)
+	}
+	return &one
 }
 
 // batchOf returns the messages of a gated MCP body that is a JSON-RPC

@@ -159,6 +159,10 @@ func TestMCPOtherMethodsPassTheLadder(t *testing.T) {
 			if !d.Allowed || d.Reason != "policy: allowed" || d.AdvisoryReason != "" || d.ToolKind != "" {
 				t.Fatalf("%s: %+v", body, d)
 			}
+			// Not gated: the gateway streams its answer unjudged.
+			if d.Gated {
+				t.Fatalf("%s: an allow marked gated, whose answer would be judged", body)
+			}
 		})
 	}
 }

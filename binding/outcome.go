@@ -132,6 +132,9 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		return Verdict{Release: true}
 	}
 	r := x.Request
+	if msgs := g.batchOf(r); msgs != nil {
+		return g.outcomeBatch(ctx, x, msgs)
+	}
 	c := g.gatedCall(r)
 	if c == nil {
 		return Verdict{Release: true}
@@ -196,7 +199,56 @@ func (g *Gate) gatedCall(r *Request) *call {
 	if !c.gated {
 		return nil
 	}
+	// An MCP message other than tools/call passed the ladder ungated
+	// (readMCP): its answer is not judged. One the gate cannot read stays
+	// gated, and is refused as unverified.
+	if g.o.Protocol == ProtocolMCP && g.readCall(c) == nil && !c.gated {
+		return nil
+	}
 	return c
+}
+
+// outcomeBatch judges the answer to an MCP batch the gate allowed: each
+// tools/call in it as a call of its own (its decision, its outcome frame),
+// whose response is the answer's message with its id, or the whole answer
+// when none has it (an answer that is not a JSON array: an SSE stream,
+// say). The first answer refused refuses the whole batch; a batch with no
+// tools/call is not judged.
+func (g *Gate) outcomeBatch(ctx context.Context, x *Exchange, msgs []json.RawMessage) Verdict {
+	answers := map[string]json.RawMessage{}
+	var all []json.RawMessage
+	if json.Unmarshal(x.Response.Body, &all) == nil {
+		for _, m := range all {
+			if id := peekRPC(m).id; id != "" {
+				answers[id] = m
+			}
+		}
+	}
+	out := Verdict{Release: true}
+	for i, m := range msgs {
+		sub := *x
+		sub.Request = batchItem(x.Request, m, i)
+		if b, ok := answers[peekRPC(m).id]; ok {
+			sub.Response.Body = b
+		}
+		if x.Decision != nil {
+			sub.Decision = &Decision{} // no decision allowed it: unverified
+			if i < len(x.Decision.batch) {
+				sub.Decision = &x.Decision.batch[i]
+			}
+		}
+		v := g.Outcome(ctx, &sub)
+		switch {
+		case !v.Judged:
+		case !v.Release:
+			return v
+		case !out.Judged:
+			out = v
+		case out.Warning == "":
+			out.Warning = v.Warning
+		}
+	}
+	return out
 }
 
 // responseAttrs starts the outcome frame's attrs from the response itself.
@@ -328,6 +380,14 @@ func (g *Gate) decisionFor(ctx context.Context, x *Exchange, c *call) (*Decision
 		return nil, errors.New("no store for outcomes")
 	}
 	f, err := g.outcomes.store.CallDecision(ctx, auditID, c.requestID)
+	if errors.Is(err, wal.ErrNotFound) && c.req.batchItem {
+		// A batch's message that presented a known preflight was decided
+		// under the preflight's audit id, the others under the batch's.
+		if id := g.preflightAuditID(ctx, c); id != "" {
+			auditID = id
+			f, err = g.outcomes.store.CallDecision(ctx, auditID, c.requestID)
+		}
+	}
 	if errors.Is(err, wal.ErrNotFound) {
 		return nil, fmt.Errorf("%w: none under audit id %q for request id %q", errNoDecision, auditID, c.requestID)
 	}
@@ -340,6 +400,30 @@ func (g *Gate) decisionFor(ctx context.Context, x *Exchange, c *call) (*Decision
 	}
 	return &Decision{Allowed: true, Gated: true, AuditID: auditID, Mode: Mode(a.Mode), PreflightID: a.PreflightID,
 		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: c.requestID, argsDigest: a.ArgsDigest}, nil
+}
+
+// preflightAuditID is the audit id of the known preflight c's request
+// presents, or "".
+func (g *Gate) preflightAuditID(ctx context.Context, c *call) string {
+	if g.readCall(c) != nil {
+		return ""
+	}
+	id := c.headerID
+	if !c.idRead {
+		id = c.req.Headers[HeaderPreflightID]
+	}
+	if !idShape.MatchString(id) {
+		return ""
+	}
+	e, err := g.lookup(ctx, id, g.o.Now())
+	if err != nil {
+		return ""
+	}
+	var b preflight.Binding
+	if e.binding(&b, nil) != nil {
+		return ""
+	}
+	return b.AuditID
 }
 
 // outputLimit is the outputContract.maxBytes of a preflight, cached: it

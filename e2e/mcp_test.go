@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -175,5 +176,69 @@ func TestDemoMCP(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "All 6 steps behaved.") ||
 		!strings.Contains(res.Stdout, "gate.protocol mcp") || !strings.Contains(res.Stdout, "contract: preflight_replay") {
 		t.Fatalf("demo --mcp exited %d:\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// TestMCPBatchThroughTheGateway: a JSON-RPC batch the gate allows reaches
+// the MCP server and its answer the client; of its messages only the
+// tools/call is judged, under its own decision (its preflight's audit id).
+func TestMCPBatchThroughTheGateway(t *testing.T) {
+	s, upstream := mcpServe(t, true)
+	post := func(body string, header map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.GatewayAddr+mcpexample.Path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`, nil)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	h := map[string]string{"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-03-26"}
+	if resp, body = post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, h); resp.StatusCode >= 300 {
+		t.Fatalf("initialized: %d %s", resp.StatusCode, body)
+	}
+	id, auditID := mcpPreflight(t, s, "mcp-batch", "page the on-call")
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool.shell","arguments":{"cmd":"page the on-call"},"_meta":{"autonomy/preflight_id":"` + id + `"}}}`
+	before := upstream.Calls()
+	resp, body = post(`[{"jsonrpc":"2.0","id":1,"method":"tools/list"},`+call+`]`, h)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"would run: page the on-call"`) || !strings.HasPrefix(body, "[") {
+		t.Fatalf("an allowed batch: %d %s, want the server's answers", resp.StatusCode, body)
+	}
+	if n := upstream.Calls() - before; n != 1 {
+		t.Fatalf("%d tool calls reached the server, want 1", n)
+	}
+	status, joined := getBody(t, s.URL("/v1/audit/"+auditID+"?include=outcome"))
+	var join struct {
+		Frames []struct {
+			Kind  string         `json:"kind"`
+			Attrs map[string]any `json:"attrs"`
+		} `json:"frames"`
+	}
+	if err := json.Unmarshal(joined, &join); status != http.StatusOK || err != nil {
+		t.Fatalf("audit join: %d %s", status, joined)
+	}
+	var outcomes []map[string]any
+	for _, f := range join.Frames {
+		if f.Kind == "autonomy.outcome" {
+			outcomes = append(outcomes, f.Attrs)
+		}
+	}
+	if len(outcomes) != 1 || !strings.HasSuffix(fmt.Sprint(outcomes[0]["request_id"]), "/1") || outcomes[0]["tool_kind"] != "tool.shell" {
+		t.Fatalf("outcome frames in the preflight's join: %v, want the batch's tools/call (request id …/1)", outcomes)
 	}
 }

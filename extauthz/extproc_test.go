@@ -58,13 +58,13 @@ type outcomeEnv struct {
 	stop  func()
 }
 
-func newOutcomeEnv(t *testing.T, mode binding.Mode, o extauthz.ProcessorOptions) *outcomeEnv {
+func newOutcomeEnv(t *testing.T, mode binding.Mode, o extauthz.ProcessorOptions, opts ...func(*binding.Options)) *outcomeEnv {
 	t.Helper()
 	dir := t.TempDir()
-	return startOutcomeEnv(t, dir, mode, o)
+	return startOutcomeEnv(t, dir, mode, o, opts...)
 }
 
-func startOutcomeEnv(t *testing.T, dir string, mode binding.Mode, o extauthz.ProcessorOptions) *outcomeEnv {
+func startOutcomeEnv(t *testing.T, dir string, mode binding.Mode, o extauthz.ProcessorOptions, opts ...func(*binding.Options)) *outcomeEnv {
 	t.Helper()
 	b := bundletest.Load(t, map[string]string{"policy.rego": testPolicy, "data.yaml": outcomeData}, nil)
 	db, err := wal.Open(filepath.Join(dir, "wal"), nil)
@@ -72,8 +72,12 @@ func startOutcomeEnv(t *testing.T, dir string, mode binding.Mode, o extauthz.Pro
 		t.Fatal(err)
 	}
 	e := &env{t: t, db: db, now: time.Now().UTC()}
-	e.gate = binding.New(binding.Options{Store: db, Log: db, Outcomes: db, Policy: func() binding.Policy { return b }, Mode: mode,
-		Now: e.clock, NewID: ids.Audit})
+	bo := binding.Options{Store: db, Log: db, Outcomes: db, Policy: func() binding.Policy { return b }, Mode: mode,
+		Now: e.clock, NewID: ids.Audit}
+	for _, f := range opts {
+		f(&bo)
+	}
+	e.gate = binding.New(bo)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
