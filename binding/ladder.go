@@ -71,7 +71,7 @@ func (g *Gate) ladder(ctx context.Context, c *call, gov *preflight.Governance, n
 		return
 	}
 	if b.NeedsApproval() {
-		reason, err := g.approvalRung(ctx, c, &r)
+		reason, err := g.approvalRung(ctx, c, &r, d)
 		if err != nil {
 			c.status, c.errDetail = http.StatusServiceUnavailable, err
 			return
@@ -126,12 +126,22 @@ func (g *Gate) settle(ctx context.Context, c *call) {
 // before the replay (docs/API.md). It holds back each step of the call's kind
 // and args that waits for an approval not given, and refuses the call when
 // no step it could consume is left: approval: pending while one of them
-// may still be approved, approval: rejected when all were rejected. The
-// states are read from the store: an approval given on another replica
-// counts at once.
-func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest) (string, error) {
+// may still be approved, approval: rejected when all were rejected. A step
+// that needs an approval is held back from a call with other args (digest)
+// than it was preflighted with, whether or not its capability binds
+// arguments: an approval allows the step with those args only; a call
+// whose args no step it could consume has is a mismatch. The states are
+// read from the store: an approval given on another replica counts at
+// once.
+func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest, digest string) (string, error) {
 	steps := c.b.Steps
-	free, pending := false, false
+	free, pending, rejected, argsMatched := false, false, false, false
+	hold := func(i int) {
+		if c.held == nil {
+			c.held = make([]bool, len(steps))
+		}
+		c.held[i] = true
+	}
 	for i := range steps {
 		s := &steps[i]
 		if !r.Matches(s) {
@@ -141,6 +151,11 @@ func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest)
 			free = true
 			continue
 		}
+		if c.noBody || s.ArgsDigest != digest { // no body: the args are unknown
+			hold(i)
+			continue
+		}
+		argsMatched = true
 		a, err := g.o.Store.Approval(ctx, c.b.PreflightID, s.ID)
 		if errors.Is(err, wal.ErrNotFound) {
 			// The binding says the step waits for one: a missing record
@@ -154,22 +169,24 @@ func (g *Gate) approvalRung(ctx context.Context, c *call, r *wal.ConsumeRequest)
 			free = true
 			continue
 		case a.State == wal.ApprovalRejected:
+			rejected = true
 		default:
 			pending = true
 		}
-		if c.held == nil {
-			c.held = make([]bool, len(steps))
-		}
-		c.held[i] = true
+		hold(i)
 	}
 	r.Held = c.held
-	if pending {
+	switch {
+	case pending:
 		c.heldReason = preflight.ReasonApprovalPending
-	} else if c.held != nil {
+	case rejected:
 		c.heldReason = preflight.ReasonApprovalRejected
 	}
-	if free {
+	switch {
+	case free:
 		return "", nil
+	case !argsMatched:
+		return preflight.ReasonBindingMismatch, nil
 	}
 	return c.heldReason, nil
 }

@@ -41,7 +41,8 @@ const (
 )
 
 // apData is a bundle whose pay.send waits for role:pay-approver for ten
-// minutes and pay.quick for one second; refund.create.v2 is of the class
+// minutes, pay.quick for one second, and pay.loose, which does not bind
+// arguments, for ten minutes; refund.create.v2 is of the class
 // the envelope's approvalPolicy names.
 func apData(t *testing.T) string {
 	t.Helper()
@@ -57,6 +58,10 @@ func apData(t *testing.T) string {
       zones: ["*"]
       requires_preflight: true
       approval: {required: true, authorities: ["role:pay-approver"], timeout: "1s"}
+    pay.loose:
+      zones: ["*"]
+      requires_preflight: true
+      approval: {required: true, authorities: ["role:pay-approver"], timeout: "10m"}
 `, 1)
 	return data
 }
@@ -322,6 +327,27 @@ func TestApprovalsRejectAndExpire(t *testing.T) {
 	}
 	if v := apCheck(t, s, q, apQuickKind, "req-expired"); v.HTTPStatus != 403 || v.DenyCode != "pending" {
 		t.Fatalf("check of an expired approval = %+v, want 403 pending", v)
+	}
+}
+
+// TestApprovalsBindTheArgs: an approval allows its step with the args it
+// was preflighted and approved with, also when the capability does not
+// bind arguments: other args are a mismatch and consume nothing.
+func TestApprovalsBindTheArgs(t *testing.T) {
+	s := apServe(t, "enforce")
+	d := apPreflight(t, s, apRequest("loose", "pay.loose"))
+	if status, code := apDecide(t, s, d, apAliceToken, "approve"); status != 200 {
+		t.Fatalf("approve: %d %s", status, code)
+	}
+	other := cbCall{PreflightID: d.PreflightID, Kind: "pay.loose", Args: `{"amountUsd":999999,"to":"acct:evil"}`, RequestID: "req-other-args"}
+	if v := s.checkCall(t, other); v.HTTPStatus != 403 || v.DenyReason != "contract: preflight_binding_mismatch" {
+		t.Fatalf("the approved step with other args = %+v, want 403 contract: preflight_binding_mismatch", v)
+	}
+	if v := apCheck(t, s, d, "pay.loose", "req-approved-args"); v.Code != 0 {
+		t.Fatalf("the approved step with its args = %+v, want an allow", v)
+	}
+	if v := apCheck(t, s, d, "pay.loose", "req-again"); v.DenyReason != "contract: preflight_replay" {
+		t.Fatalf("the approved step again = %+v, want contract: preflight_replay", v)
 	}
 }
 
