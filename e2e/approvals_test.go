@@ -236,6 +236,16 @@ func TestApprovalsEnforce(t *testing.T) {
 	if status, code, _ := apDo(t, s, "POST", "/v1/approvals/"+d.PreflightID+"/s9", apAliceToken, `{"decision":"approve"}`); status != 404 || code != "not-found" {
 		t.Errorf("unknown step: %d %s, want 404 not-found", status, code)
 	}
+	// Paths no endpoint has are 404; the decision's path with another
+	// method is 405, naming POST.
+	for _, p := range []string{"/v1/approvals/" + d.PreflightID, "/v1/approvals/" + d.PreflightID + "/s1/x"} {
+		if status, code, raw := apDo(t, s, "POST", p, apAliceToken, `{"decision":"approve"}`); status != 404 || code != "not-found" {
+			t.Errorf("POST %s: %d %s, want 404 not-found", p, status, raw)
+		}
+	}
+	if status, code, raw := apDo(t, s, "GET", "/v1/approvals/"+d.PreflightID+"/s1", apAliceToken, ""); status != 405 || code != "method-not-allowed" {
+		t.Errorf("GET of a decision's path: %d %s, want 405", status, raw)
+	}
 
 	if status, code := apDecide(t, s, d, apAliceToken, "approve"); status != 200 {
 		t.Fatalf("alice approves: %d %s", status, code)

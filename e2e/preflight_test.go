@@ -411,9 +411,10 @@ func TestPreflightBadBodiesKeepServing(t *testing.T) {
 // preflight-disabled and records nothing.
 func TestPreflightDisabledMode(t *testing.T) {
 	srv := StartServer(t, ServeOptions{Mode: "disabled"})
-	_, retryable := pfMustFail(t, pfPost(t, srv, pfRead("session:disabled", "payments")), http.StatusServiceUnavailable, "preflight-disabled")
-	if retryable {
-		t.Errorf("preflight-disabled is retryable")
+	a := pfPost(t, srv, pfRead("session:disabled", "payments"))
+	_, retryable := pfMustFail(t, a, http.StatusServiceUnavailable, "preflight-disabled")
+	if retryable || a.header.Get("Retry-After") != "" {
+		t.Errorf("preflight-disabled is retryable (body %v, Retry-After %q): it lasts until the mode changes", retryable, a.header.Get("Retry-After"))
 	}
 }
 

@@ -113,7 +113,11 @@ func (a *API) routeApprovals() {
 	a.mux.HandleFunc("POST /v1/approvals/{preflight_id}/{step_id}", a.postApproval)
 	a.mux.HandleFunc("GET /v1/approvals", a.listApprovals)
 	a.mux.HandleFunc("/v1/approvals", a.methodNotAllowed("GET, HEAD"))
-	a.mux.HandleFunc("/v1/approvals/", a.methodNotAllowed("POST"))
+	a.mux.HandleFunc("/v1/approvals/{preflight_id}/{step_id}", a.methodNotAllowed("POST"))
+	a.mux.HandleFunc("/v1/approvals/", func(w http.ResponseWriter, _ *http.Request) {
+		// /v1/approvals/{id} alone, or a path past the step: no endpoint.
+		a.fail(w, http.StatusNotFound, preflight.CodeNotFound, "", "No endpoint has this path.", false)
+	})
 }
 
 // postApproval records one person's decision on one step.

@@ -44,7 +44,10 @@ func writeErrors(w http.ResponseWriter, status int, errs []apiError) {
 	}
 	b, _ := json.Marshal(errorBody{Error: errs[0], Errors: errs})
 	w.Header().Set("Content-Type", contentTypeJSON)
-	if status == http.StatusServiceUnavailable {
+	// A 503 passes when the store or the verifier answers again; a
+	// service whose preflight is disabled by its mode does not change
+	// until it is reconfigured, so a retry would only meet it again.
+	if status == http.StatusServiceUnavailable && errs[0].Code != preflight.CodePreflightDisabled {
 		w.Header().Set("Retry-After", retryAfterUnavailableSecond)
 	}
 	w.WriteHeader(status)
