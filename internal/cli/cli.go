@@ -142,7 +142,7 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	set("http-addr", &cfg.HTTPAddr, f.httpAddr, config.CheckListenAddr)
 	set("grpc-addr", &cfg.GRPCAddr, f.grpcAddr, config.CheckListenAddr)
 	set("data-dir", &cfg.DataDir, f.dataDir, nonEmpty)
-	set("bundle", &cfg.Bundle, f.bundle, nil)
+	set("bundle", &cfg.Bundle, f.bundle, nonEmpty) // leave the flag out for the file's bundle or the embedded one
 	set("upstream", &cfg.Upstream, f.upstream, nil)
 	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr, config.CheckListenAddr)
 	set("replica-id", &cfg.ReplicaID, f.replicaID, config.CheckReplicaID)

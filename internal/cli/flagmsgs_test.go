@@ -16,6 +16,9 @@ func TestFlagMessagesNameFlags(t *testing.T) {
 			"--upstream and --gateway-addr go together"},
 		"--gateway-addr alone": {[]string{"check-config", "--gateway-addr", "127.0.0.1:0"},
 			"--upstream and --gateway-addr go together"},
+		// An unset variable in --bundle "$DIR" must not swap in the
+		// embedded default policy.
+		"--bundle empty": {[]string{"check-config", "--bundle", ""}, "--bundle: must not be empty"},
 		"audit from a server and a WAL": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--data-dir", t.TempDir()},
 			"[data-dir server] were all set"},
 		"audit from a server and a config": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--config", "x.yaml"},

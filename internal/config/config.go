@@ -303,6 +303,15 @@ func Load(path string) (Config, error) {
 	if err := Decode(bytes.NewReader(b), &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, cfg.src.nameKeys(err))
 	}
+	if err := cfg.src.nullKeys(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	// Left out, the key means the embedded default bundle; written empty
+	// it is a directory the file forgot to name (a template whose variable
+	// was unset), which must not quietly run another policy.
+	if n := cfg.src.line("bundle"); n > 0 && cfg.Bundle == "" {
+		return cfg, fmt.Errorf("config %s: line %d: bundle: \"\" names no directory; leave the key out for the embedded default bundle", path, n)
+	}
 	return cfg, nil
 }
 
@@ -491,11 +500,13 @@ func (c *Config) validateGate(bad badKey) {
 			}
 		}
 	}
-	if !pointerRE.MatchString(c.Gate.KindPointer) {
-		bad("gate.kind_pointer", "%q is not a JSON Pointer", c.Gate.KindPointer)
+	// "" is a JSON Pointer to the whole body, which names no member: the
+	// kind and the args are members of the call's body.
+	if !pointerRE.MatchString(c.Gate.KindPointer) || c.Gate.KindPointer == "" {
+		bad("gate.kind_pointer", "%q is not a JSON Pointer to a member of the body", c.Gate.KindPointer)
 	}
-	if !pointerRE.MatchString(c.Gate.ArgsPointer) {
-		bad("gate.args_pointer", "%q is not a JSON Pointer", c.Gate.ArgsPointer)
+	if !pointerRE.MatchString(c.Gate.ArgsPointer) || c.Gate.ArgsPointer == "" {
+		bad("gate.args_pointer", "%q is not a JSON Pointer to a member of the body", c.Gate.ArgsPointer)
 	}
 }
 

@@ -67,9 +67,15 @@ wal: {retention: 24h, store_raw_requests: true}
 		"cache ttl above ceiling":   {yaml: "contract_refine: {binding_cache_ttl: 90s}\n", wantErr: "contract_refine.binding_cache_ttl: must be positive and at most 1m0s"},
 		"too many repairs":          {yaml: "contract_refine: {max_repair_attempts: 4}\n", wantErr: "contract_refine.max_repair_attempts: must be between 0 and 3"},
 		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
-		"negative body limit":       {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
-		"body limit past 1 GiB":     {yaml: "http: {max_body_bytes: 9223372036854775807}\n", wantErr: "http.max_body_bytes: must be positive and at most 1073741824"},
-		"wrong type":                {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
+		"whole-body pointer":        {yaml: "gate: {args_pointer: \"\"}\n", wantErr: `gate.args_pointer: "" is not a JSON Pointer to a member`},
+		// yaml leaves the default in place for a key with no value.
+		"mode left empty":       {yaml: "contract_refine:\n  mode:\n", wantErr: "line 2: contract_refine.mode: no value (null)"},
+		"mode ~":                {yaml: "contract_refine: {mode: ~}\n", wantErr: "line 1: contract_refine.mode: no value (null)"},
+		"section null":          {yaml: "gate: null\n", wantErr: "line 1: gate: no value (null)"},
+		"bundle named \"\"":     {yaml: "bundle: \"\"\n", wantErr: `line 1: bundle: "" names no directory`},
+		"negative body limit":   {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
+		"body limit past 1 GiB": {yaml: "http: {max_body_bytes: 9223372036854775807}\n", wantErr: "http.max_body_bytes: must be positive and at most 1073741824"},
+		"wrong type":            {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},
 		// yaml would truncate these into the integer fields without a word.
 		"fractional repairs":    {yaml: "contract_refine: {max_repair_attempts: 2.9}\n", wantErr: "line 1: contract_refine.max_repair_attempts: must be written as an integer, got 2.9"},
 		"fractional body limit": {yaml: "http:\n  max_body_bytes: 1e6\n", wantErr: "line 2: http.max_body_bytes: must be written as an integer, got 1e6"},

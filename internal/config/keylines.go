@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ type source struct {
 	keyLine map[string]int    // dotted key path → line of the key
 	valueAt map[int]string    // line → dotted key path of the first scalar value on it
 	floats  map[string]string // dotted key path → a value written with a fraction or exponent
+	// nulls are the keys written with no value (null, ~ or nothing), in
+	// the file's order.
+	nulls []string
 }
 
 // indexLines indexes the keys of a YAML document. It returns nil when the
@@ -47,6 +51,9 @@ func (s *source) walk(n *yaml.Node, prefix string) {
 		}
 		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
 			s.floats[path] = v.Value
+		}
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+			s.nulls = append(s.nulls, path)
 		}
 		s.walk(v, path)
 	}
@@ -87,4 +94,18 @@ func (s *source) nameKeys(err error) error {
 		return m
 	})
 	return errors.New(strings.TrimSpace(msg))
+}
+
+// nullKeys refuses the keys written with no value: yaml leaves the default
+// in place for them, so `mode: ~` or a `mode:` left empty would run the
+// default mode (advisory) without a word, where `mode: ""` is refused.
+func (s *source) nullKeys() error {
+	if s == nil || len(s.nulls) == 0 {
+		return nil
+	}
+	errs := make([]error, len(s.nulls))
+	for i, k := range s.nulls {
+		errs[i] = fmt.Errorf("line %d: %s: no value (null); give one, or leave the key out for its default", s.keyLine[k], k)
+	}
+	return errors.Join(errs...)
 }
