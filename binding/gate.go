@@ -473,6 +473,9 @@ func (g *Gate) check(ctx context.Context, r *Request) (d Decision) {
 			return g.unreadable(ctx, c, d, now)
 		}
 	}
+	if c.gated && g.o.Mode != ModeDisabled && (c.contract == preflight.ReasonMalformedToolCall || c.contract == preflight.ReasonPartialBody) {
+		g.presented(ctx, c, now)
+	}
 	d.PreflightID = c.presentedID()
 	d.AuditID = g.auditID(c)
 
@@ -546,6 +549,23 @@ func (g *Gate) checkContracts(ctx context.Context, c *call, pol Policy, now time
 		}
 	}
 	return true
+}
+
+// presented reads the preflight id a call the gate cannot read presents,
+// for which the ladder did not run: its refusal names the id and, when
+// the preflight is known, joins the preflight's audit, so the attempts
+// made with an id show with it. A lookup that fails only leaves that out:
+// the call is refused either way.
+func (g *Gate) presented(ctx context.Context, c *call, now time.Time) {
+	if !c.idRead {
+		c.headerID, c.hasHeader = c.req.Headers[HeaderPreflightID]
+	}
+	if !c.hasHeader || !idShape.MatchString(c.headerID) {
+		return
+	}
+	if e, err := g.lookup(ctx, c.headerID, now); err == nil && e.binding(&c.b, c.step[:0]) == nil {
+		c.bound = e
+	}
 }
 
 // presentedID is the preflight id the decision frame names: the bound

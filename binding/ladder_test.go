@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -408,7 +409,14 @@ func TestLadder(t *testing.T) {
 					t.Fatalf("decision fields = %+v", d)
 				}
 				wantPF := ""
-				if want.withPreflight {
+				// A call refused as unreadable (everyMode) presenting a known
+				// preflight is recorded under the preflight's audit id.
+				known := false
+				if id := req.Headers[binding.HeaderPreflightID]; r.everyMode && mode != binding.ModeDisabled && id != "" {
+					_, err := e.db.Binding(context.Background(), id)
+					known = err == nil
+				}
+				if want.withPreflight || known {
 					wantPF = req.Headers[binding.HeaderPreflightID]
 					if b, err := e.db.Binding(context.Background(), wantPF); err != nil || d.AuditID != b.AuditID {
 						t.Fatalf("audit id %q, want the preflight's (%+v, %v)", d.AuditID, b, err)
@@ -416,7 +424,7 @@ func TestLadder(t *testing.T) {
 				} else if d.AuditID != "au_gate000000000001" {
 					t.Fatalf("audit id %q, want a fresh one", d.AuditID)
 				}
-				if r.presented && mode != binding.ModeDisabled {
+				if (r.presented || r.everyMode) && mode != binding.ModeDisabled && idShaped(req.Headers[binding.HeaderPreflightID]) {
 					wantPF = req.Headers[binding.HeaderPreflightID]
 				}
 				if d.PreflightID != wantPF {
@@ -473,3 +481,49 @@ func withRequestID(r *binding.Request, requestID string) *binding.Request {
 	c.Headers[binding.HeaderRequestID] = requestID
 	return &c
 }
+
+// TestUnreadableCallNamesItsPreflight: a call the gate cannot read is
+// refused before the ladder runs, but its decision frame still names the
+// preflight id it presented and, for a known preflight, joins the
+// preflight's audit, so the refused attempts made with an id show with it.
+func TestUnreadableCallNamesItsPreflight(t *testing.T) {
+	e := newEnv(t, loadTestBundle(t), binding.ModeEnforce)
+	b := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil))
+	unknown := "pf_AAAAAAAAAAAAAAAAAAAAAAAA"
+	notJSON := func(id string) *binding.Request {
+		r := toolCall("tool.shell", nil, withID(id, "req-"+id))
+		r.Body = []byte("notjson")
+		return r
+	}
+	partial := toolCall("tool.shell", nil, withID(b.PreflightID, "req-partial"))
+	partial.Headers["x-envoy-auth-partial-body"] = "true"
+	for name, tc := range map[string]struct {
+		r             *binding.Request
+		reason, audit string
+	}{
+		"not JSON":        {notJSON(b.PreflightID), reasonMalformedCall, b.AuditID},
+		"partial body":    {partial, "gate: partial_body", b.AuditID},
+		"an unknown id":   {notJSON(unknown), reasonMalformedCall, ""},
+		"an id-less call": {notJSON(""), reasonMalformedCall, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := e.check(tc.r)
+			want := tc.r.Headers[binding.HeaderPreflightID]
+			if d.Allowed || d.Reason != tc.reason || d.PreflightID != want {
+				t.Fatalf("%+v, want a %s deny naming preflight id %q", d, tc.reason, want)
+			}
+			if tc.audit != "" && d.AuditID != tc.audit {
+				t.Fatalf("audit id %s, want the preflight's %s", d.AuditID, tc.audit)
+			}
+			if tc.audit == "" && d.AuditID == b.AuditID {
+				t.Fatalf("a call not presenting the preflight joined its audit")
+			}
+		})
+	}
+	if frames := e.decisionFrames(b.AuditID); len(frames) != 2 || frames[0].PreflightID != b.PreflightID {
+		t.Fatalf("the preflight's join holds %+v, want the two refused attempts", frames)
+	}
+}
+
+// idShaped reports whether id has the shape the ladder looks up.
+var idShaped = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`).MatchString
