@@ -414,20 +414,19 @@ func TestEnvoyConfigs(t *testing.T) {
 				t.Errorf("clusters = %v, want exactly %v", slices.Sorted(maps.Keys(c.clusters)), slices.Sorted(maps.Keys(w.endpoints)))
 			}
 
-			// The MCP example gates another path and leaves tool outcomes
-			// out (docs/MCP.md); the http_service one has no gRPC.
-			checkAuthzFilter(t, c, w.httpService, !w.httpService && w.gated == "")
+			// The http_service example has no gRPC, so no ext_proc.
 			gated, upstream := w.gated, w.upstream
 			if gated == "" {
 				gated, upstream = "/v1/tool", "toolruntime"
 			}
+			checkAuthzFilter(t, c, w.httpService, !w.httpService, gated)
 			checkRoutes(t, c, gated, upstream)
 			checkIdentityAndRequestID(t, c)
 		})
 	}
 }
 
-func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool) {
+func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool, gated string) {
 	t.Helper()
 	want := []string{extAuthzFilter, extProcFilter, routerFilter}
 	if !outcomes {
@@ -439,7 +438,7 @@ func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool) {
 		t.Fatalf("HTTP filters = %v, want %v", c.filters, want)
 	}
 	if outcomes {
-		checkExtProc(t, c)
+		checkExtProc(t, c, gated)
 	}
 	a := c.authz
 	// failure_mode_allow defaults to false; the file must still say so, so
@@ -496,7 +495,12 @@ func checkAuthzFilter(t *testing.T, c envoyConfig, httpService, outcomes bool) {
 
 // checkExtProc: the response of every allowed call goes to the service
 // whole, and nothing passes when the service cannot be asked (docs/API.md).
-func checkExtProc(t *testing.T, c envoyConfig) {
+// checkExtProc: the ext_proc filter judges the answers of the gated
+// route (the first route of the gated path: POST) and of no other route.
+// Another route of the gated path (the MCP server's GET event stream, its
+// DELETE) streams its answers: buffering a stream that never ends would
+// hold it forever.
+func checkExtProc(t *testing.T, c envoyConfig, gatedPath string) {
 	t.Helper()
 	p := c.proc
 	if p.GetFailureModeAllow() || bytes.Count(c.raw, []byte("failure_mode_allow: false")) < 2 {
@@ -522,7 +526,7 @@ func checkExtProc(t *testing.T, c envoyConfig) {
 		if ok {
 			mustUnpack(t, a, &per)
 		}
-		gated := r.GetMatch().GetPath() == "/v1/tool"
+		gated := r == c.routeTo(gatedPath)
 		if gated == per.GetDisabled() {
 			t.Errorf("route %v: ext_proc disabled = %v, want it on the gated route only", r.GetMatch(), per.GetDisabled())
 		}
@@ -564,10 +568,11 @@ func checkRoutes(t *testing.T, c envoyConfig, gated, upstream string) {
 		}
 	}
 	// Routes to the upstream all go through ext_authz: only the gated
-	// path may name its cluster.
+	// path may name its cluster (on several routes: POST, and the MCP
+	// server's other methods), each with ext_authz on.
 	for _, r := range c.routes {
-		if r.GetRoute().GetCluster() == upstream && r != tool {
-			t.Errorf("route %v also reaches toolruntime", r.GetMatch())
+		if r.GetRoute().GetCluster() == upstream && (r.GetMatch().GetPath() != gated || authzDisabled(t, r)) {
+			t.Errorf("route %v also reaches %s", r.GetMatch(), upstream)
 		}
 	}
 }
