@@ -1,7 +1,9 @@
 package preflight
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -18,8 +20,8 @@ func checkPlanShape(e *evaluation) (Result, error) {
 	// repairs a plan that is too long in itself.
 	trimmed := false
 	if e.env != nil {
-		trimmed = stepLimit(r, len(steps), e.env.ToolPolicy.MaxCalls, "toolPolicy.maxCalls")
-		trimmed = stepLimit(r, len(steps), e.env.Budget.MaxToolCalls, "budget.maxToolCalls") || trimmed
+		trimmed = stepLimits(r, len(steps), []envelopeLimit{
+			{e.env.ToolPolicy.MaxCalls, "toolPolicy.maxCalls"}, {e.env.Budget.MaxToolCalls, "budget.maxToolCalls"}})
 	}
 	switch {
 	case len(steps) == 0:
@@ -57,21 +59,37 @@ func checkPlanShape(e *evaluation) (Result, error) {
 	return r.result(ReasonPlanShapeInvalid), nil
 }
 
-// stepLimit records a plan longer than an envelope limit. Dropping steps
-// down to the limit is a mechanical repair unless the limit leaves no
-// room for a plan at all. It reports whether it offered a repair that also
-// brings the plan within MaxPlanSteps.
-func stepLimit(r *row, n, limit int, name string) bool {
-	if n <= limit {
-		return false
+// envelopeLimit is one of the envelope's limits on the plan's length.
+type envelopeLimit struct {
+	n    int
+	name string
+}
+
+// stepLimits records a plan longer than the envelope's limits. Dropping
+// steps down to the tightest limit the plan breaks is a mechanical repair,
+// one hint that also repairs the looser limits, unless that limit leaves
+// no room for a plan at all. It reports whether it offered a repair that
+// also brings the plan within MaxPlanSteps.
+func stepLimits(r *row, n int, limits []envelopeLimit) bool {
+	limits = slices.Clone(limits)
+	slices.SortStableFunc(limits, func(a, b envelopeLimit) int { return cmp.Compare(a.n, b.n) })
+	offered, trimmed := false, false
+	for _, l := range limits {
+		if n <= l.n {
+			continue
+		}
+		msg := fmt.Sprintf("the plan has %d steps; the envelope's %s is %d", n, l.name, l.n)
+		switch {
+		case l.n < 1:
+			r.fail("", "/plan/steps", msg)
+		case offered:
+			r.covered("", "/plan/steps", msg)
+		default:
+			r.repairable("", "/plan/steps", msg, l.n)
+			offered, trimmed = true, l.n <= MaxPlanSteps
+		}
 	}
-	msg := fmt.Sprintf("the plan has %d steps; the envelope's %s is %d", n, name, limit)
-	if limit < 1 {
-		r.fail("", "/plan/steps", msg)
-		return false
-	}
-	r.repairable("", "/plan/steps", msg, limit)
-	return limit <= MaxPlanSteps
+	return trimmed
 }
 
 // validKind reports whether kind matches ^[a-z][a-z0-9_.-]*$.

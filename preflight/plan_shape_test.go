@@ -77,10 +77,20 @@ func TestPlanShape(t *testing.T) {
 		"over both limits": {
 			env: withLimits(1, 1),
 			want: `{"contract":"plan_shape","outcome":"fail","severity":"blocking","reason":"contract: plan_shape_invalid",
-				"repair_hints":[{"field":"/plan/steps","suggestion":1,"bounded":true},{"field":"/plan/steps","suggestion":1,"bounded":true}],
+				"repair_hints":[{"field":"/plan/steps","suggestion":1,"bounded":true}],
 				"evidence":{"steps":2,"violations":[
 					{"field":"/plan/steps","message":"the plan has 2 steps; the envelope's toolPolicy.maxCalls is 1"},
 					{"field":"/plan/steps","message":"the plan has 2 steps; the envelope's budget.maxToolCalls is 1"}]}}`,
+		},
+		// One hint, the tighter limit, which the looser one also accepts:
+		// two suggestions for one field would leave the caller to pick.
+		"over two different limits": {
+			n: 3, env: withLimits(2, 1),
+			want: `{"contract":"plan_shape","outcome":"fail","severity":"blocking","reason":"contract: plan_shape_invalid",
+				"repair_hints":[{"field":"/plan/steps","suggestion":1,"bounded":true}],
+				"evidence":{"steps":3,"violations":[
+					{"field":"/plan/steps","message":"the plan has 3 steps; the envelope's budget.maxToolCalls is 1"},
+					{"field":"/plan/steps","message":"the plan has 3 steps; the envelope's toolPolicy.maxCalls is 2"}]}}`,
 		},
 		"limit of zero has no repair": {
 			env: withLimits(0, 4),
