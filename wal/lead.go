@@ -1,6 +1,10 @@
 package wal
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"slices"
+)
 
 // A writer's lead. A store that sends a commit's frames elsewhere in the
 // same request as another write of its own (etcd: a consume's marker and
@@ -52,15 +56,92 @@ func (db *DB) TryLead() (*Lead, bool) {
 		<-db.slots
 		return nil, false
 	}
+	lead, err := db.newLead()
+	return lead, err == nil
+}
+
+// newLead is the lead of the writer that has just taken it (a slot, and
+// leading set for it). A commit that failed after the writer's first look
+// at the hold set the hold before it let go of the lead: a lead taken now
+// would stage at the seqs whose copies are being withdrawn, so it is given
+// back and the writer told ErrHeld.
+func (db *DB) newLead() (*Lead, error) {
 	lead := &Lead{db: db, head: db.head, last: db.head, w: &write{stage: &stage{}, done: make(chan error, 1)}}
-	// A commit that failed after the first look set the hold before it
-	// let go of the lead: a lead taken now would stage at the seqs whose
-	// copies are being withdrawn.
 	if db.held.Load() {
 		lead.Release()
-		return nil, false
+		return nil, ErrHeld
 	}
-	return lead, true
+	return lead, nil
+}
+
+// Lead is TryLead for a writer that may wait: when a commit runs or writes
+// wait, it queues for the lead, which the one leading hands it before the
+// next batch, and waits until ctx ends. A writer that cannot send its
+// frames with another write of its own at a busy time (an approval's
+// decision and its frame's copy in one transaction) takes it so.
+func (db *DB) Lead(ctx context.Context) (*Lead, error) {
+	if lead, ok := db.TryLead(); ok {
+		return lead, nil
+	}
+	if err := db.Trusted(); err != nil {
+		return nil, err
+	}
+	if db.held.Load() {
+		return nil, ErrHeld
+	}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	select {
+	case db.slots <- struct{}{}:
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return nil, ctx.Err()
+	}
+	db.wmu.Lock()
+	if !db.leading { // it was let go meanwhile
+		db.leading = true
+		db.wmu.Unlock()
+		db.mu.RUnlock()
+		return db.newLead()
+	}
+	ch := make(chan struct{})
+	db.leadWants = append(db.leadWants, ch)
+	db.wmu.Unlock()
+	db.mu.RUnlock()
+	select {
+	case <-ch:
+		return db.newLead()
+	case <-ctx.Done():
+	}
+	db.wmu.Lock()
+	if i := slices.Index(db.leadWants, ch); i >= 0 {
+		db.leadWants = slices.Delete(db.leadWants, i, i+1)
+		db.wmu.Unlock()
+		<-db.slots
+		return nil, ctx.Err()
+	}
+	db.wmu.Unlock()
+	<-ch // handed over meanwhile: give it back
+	if lead, err := db.newLead(); err == nil {
+		lead.Release()
+	}
+	return nil, ctx.Err()
+}
+
+// handOff gives the lead to the oldest writer waiting in Lead, if any, and
+// reports whether it did: leading stays set, for that writer now. wmu is
+// held.
+func (db *DB) handOff() bool {
+	if len(db.leadWants) == 0 {
+		return false
+	}
+	ch := db.leadWants[0]
+	db.leadWants = slices.Delete(db.leadWants, 0, 1)
+	close(ch)
+	return true
 }
 
 // Head is the seq and hash of the log's newest frame, which the staged

@@ -176,3 +176,104 @@ func TestLeadNotTakenOfALogHeldMeanwhile(t *testing.T) {
 		t.Fatalf("probe after the leads: %v", err)
 	}
 }
+
+// TestLeadWaitsItsTurn: Lead on a busy log queues for the lead, and the one
+// leading hands it over before the writes queued behind: the waiter's
+// frame takes the next seq, the queued write's the one after. A waiter
+// whose ctx ends gives up its place, and the log goes on.
+func TestLeadWaitsItsTurn(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	at := time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC)
+	frame := func(id string) FrameInput {
+		return FrameInput{Kind: KindDecision, AuditID: id, Time: at, Attrs: map[string]any{"outcome": "deny"}}
+	}
+	// A lone writer commits slowly; a second write queues behind it.
+	inCommit, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- db.Update(ctx, func(tx *Tx) error {
+			select {
+			case <-inCommit:
+			default:
+				close(inCommit)
+			}
+			<-finish
+			_, err := tx.Append(frame("au_first"))
+			return err
+		})
+	}()
+	<-inCommit
+	queued := make(chan error, 1)
+	go func() {
+		_, err := db.AppendFrames(ctx, []FrameInput{frame("au_queued")})
+		queued <- err
+	}()
+	waitFor(t, func() bool { db.wmu.Lock(); defer db.wmu.Unlock(); return len(db.waiting) == 1 })
+
+	// A waiter that gives up leaves no trace.
+	gone, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() { _, err := db.Lead(gone); gaveUp <- err }()
+	waitFor(t, func() bool { db.wmu.Lock(); defer db.wmu.Unlock(); return len(db.leadWants) == 1 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lead after its ctx ended: %v", err)
+	}
+
+	type led struct {
+		lead *Lead
+		err  error
+	}
+	leads := make(chan led, 1)
+	go func() { l, err := db.Lead(ctx); leads <- led{l, err} }()
+	waitFor(t, func() bool { db.wmu.Lock(); defer db.wmu.Unlock(); return len(db.leadWants) == 1 })
+	close(finish)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	l := <-leads
+	if l.err != nil {
+		t.Fatalf("Lead on a busy log: %v", l.err)
+	}
+	if seq, _ := l.lead.Head(); seq != 1 {
+		t.Fatalf("the lead follows seq %d, want 1: it was handed over before the queued write", seq)
+	}
+	select {
+	case err := <-queued:
+		t.Fatalf("the queued write committed while the lead was held: %v", err)
+	default:
+	}
+	if _, _, err := l.lead.Stage([]FrameInput{frame("au_lead")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.lead.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := db.Frames(ctx, ExportFilter{}, func(f *Frame) error { ids = append(ids, f.AuditID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ids, ",") != "au_first,au_lead,au_queued" {
+		t.Fatalf("frames in order %v, want the lead's before the queued write's", ids)
+	}
+}
+
+// waitFor polls cond until it holds, for up to ten seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -132,11 +132,14 @@ type DB struct {
 	// commit loop. When it is unset nothing waits.
 	leading bool
 	// idle is signalled when leading is unset; Close waits on it.
-	idle  sync.Cond
-	slots chan struct{}
-	kick  chan struct{} // wakes the commit loop: writes wait
-	stop  chan struct{}
-	done  chan struct{}
+	idle sync.Cond
+	// leadWants are the writers waiting in Lead for the lead, oldest
+	// first: whoever leads hands it to the first when it lets go.
+	leadWants []chan struct{}
+	slots     chan struct{}
+	kick      chan struct{} // wakes the commit loop: writes wait
+	stop      chan struct{}
+	done      chan struct{}
 
 	// head is the newest committed frame; only the one committing (a lone
 	// writer or the commit loop, while leading) changes it.
@@ -364,6 +367,10 @@ func (db *DB) commitLone(w *write) {
 // go to the commit loop.
 func (db *DB) release() {
 	db.wmu.Lock()
+	if db.handOff() {
+		db.wmu.Unlock()
+		return
+	}
 	if len(db.waiting) == 0 {
 		db.leading = false
 		db.idle.Broadcast()
@@ -413,6 +420,9 @@ func (db *DB) loop() {
 func (db *DB) take(batch []*write) []*write {
 	db.wmu.Lock()
 	defer db.wmu.Unlock()
+	if db.handOff() {
+		return batch // the lead is the waiter's now; its release kicks the loop
+	}
 	n := min(len(db.waiting), db.opts.MaxBatch)
 	if n == 0 {
 		db.leading = false

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,12 +62,17 @@ func (s *Store) readApproval(ctx context.Context, preflightID, stepID string) (w
 }
 
 // DecideApproval records a decision on a pending approval. The decision
-// is one transaction conditioned on the approval being unchanged since it
-// was read pending: of concurrent decisions on any replicas exactly one
-// wins. The winner then writes the autonomy.approval frame to its log and
-// the approval again with the frame's seq, with the frame's copy; a
-// failure there returns an error, the decision standing (a second
-// decision gets wal.ErrApprovalDecided).
+// and the copy of its autonomy.approval frame are one transaction,
+// conditioned on the approval being unchanged since it was read pending:
+// of concurrent decisions on any replicas exactly one wins, and a
+// decision never stands without its frame. The frame's seq and hash are
+// fixed before the transaction is sent, under the log's lead (which an
+// approval waits for: wal.DB.Lead), and the log commits the frame once
+// etcd has the decision. As for a lone consume (consume.go): a local
+// commit that fails then leaves the frame to be taken up from its copy;
+// a transaction whose outcome is unknown holds the log until the dropper
+// has read the approval back, taking the frame up when the decision was
+// taken and deleting its copy when it was not.
 func (s *Store) DecideApproval(ctx context.Context, in wal.ApprovalInput) (wal.Approval, error) {
 	if in.Replica == "" {
 		in.Replica = s.o.Replica
@@ -79,38 +85,92 @@ func (s *Store) DecideApproval(ctx context.Context, in wal.ApprovalInput) (wal.A
 		if err := a.CanDecide(&in); err != nil {
 			return a, err
 		}
-		key := s.p.approval(in.PreflightID, in.StepID)
-		decided := a.DecidedBy(&in, 0)
-		v, _ := json.Marshal(&decided)
-		octx, cancel := s.opCtx(ctx)
-		// The approval keeps its lease: it goes with its binding.
-		resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, string(v), clientv3.WithIgnoreLease())).Commit()
-		err = s.seen(octx, err)
-		cancel()
-		if err != nil {
-			return a, err
-		}
-		if !resp.Succeeded {
-			continue // decided (or expired) meanwhile: read it again
-		}
-		f, err := s.log.AppendDecision(ctx, a.DecisionFrame(&in))
-		if err != nil {
+		decided, again, err := s.decideOnce(ctx, a, rev, &in)
+		if !again {
 			return decided, err
 		}
-		decided = a.DecidedBy(&in, f.Seq)
-		v, _ = json.Marshal(&decided)
-		err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
-			octx, cancel := s.opCtx(ctx)
-			defer cancel()
-			_, err := s.cli.Txn(octx).Then(
-				clientv3.OpPut(key, string(v), clientv3.WithIgnoreLease()),
-				clientv3.OpPut(s.p.frame(f.AuditID, s.o.Replica, f.Seq), string(wal.EncodeFrame(&f)), clientv3.WithLease(lease)),
-			).Commit()
-			return s.seen(octx, err)
-		})
-		return decided, err
+		// decided (or expired) meanwhile: read it again
 	}
+}
+
+// decideOnce sends one decision on approval a, read at revision rev; again
+// reports that the approval changed since, and nothing was written.
+func (s *Store) decideOnce(ctx context.Context, a wal.Approval, rev int64, in *wal.ApprovalInput) (decided wal.Approval, again bool, err error) {
+	lctx, cancel := s.opCtx(ctx)
+	lead, err := s.log.Lead(lctx)
+	cancel()
+	if err != nil {
+		return a, false, fmt.Errorf("%w: the log's lead for an approval's frame: %w", ErrUnavailable, err)
+	}
+	key := s.p.approval(in.PreflightID, in.StepID)
+	req := &copyRequest{done: make(chan struct{})}
+	var value []byte
+	pending, _ := json.Marshal(&a)
+	req.taken = func(ctx context.Context) (bool, error) {
+		// The transaction may still be on its way: putting the approval
+		// as it was read moves its revision, so a late one fails its
+		// compare, and what the key then holds is the answer.
+		octx, cancel := s.opCtx(ctx)
+		defer cancel()
+		resp, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(pending), clientv3.WithIgnoreLease())).Else(clientv3.OpGet(key)).Commit()
+		if err = s.seen(octx, err); err != nil || resp.Succeeded {
+			return false, err
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		return len(kvs) == 1 && bytes.Equal(kvs[0].Value, value), nil
+	}
+	// taken is set before the log's commit, the only caller of the stage's
+	// lost after the transaction: a decision etcd took has its frame taken
+	// up, never its copy deleted.
+	taken := false
+	fs, stored, err := lead.Stage([]wal.FrameInput{a.DecisionFrame(in)}, func() {
+		if taken {
+			s.takeUpLost()
+		} else {
+			s.lose(req)
+		}
+	})
+	if err != nil {
+		lead.Release()
+		return a, false, err
+	}
+	decided = a.DecidedBy(in, fs[0].Seq)
+	value, _ = json.Marshal(&decided)
+	req.frames, req.stored = fs, stored
+	req.baseSeq, req.baseHash = lead.Head()
+	cw := s.encodeCopies([]*copyRequest{req})
+	var resp *clientv3.TxnResponse
+	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
+		// The approval keeps its lease: it goes with its binding.
+		ops := []clientv3.Op{clientv3.OpPut(key, string(value), clientv3.WithIgnoreLease())}
+		for i := range cw.keys {
+			ops = append(ops, clientv3.OpPut(string(cw.keys[i]), string(cw.values[i]), clientv3.WithLease(lease)))
+		}
+		octx, cancel := s.opCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = s.cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(ops...).Commit()
+		return s.seen(octx, err)
+	})
+	req.end(err)
+	switch {
+	case err != nil:
+		lead.Lose()
+		s.wakeDropper()
+		return a, false, err
+	case !resp.Succeeded:
+		lead.Release()
+		return a, true, nil
+	}
+	taken = true
+	if err := lead.Commit(); err != nil {
+		// Also a commit that reached the disk and then found the file
+		// gone: the log holds only when the frame is not in it.
+		s.logger.Error("etcd: the log's commit of an approval's frame failed; it is taken up from its copy if the log lacks it", "err", err)
+		s.wakeDropper()
+	}
+	return decided, false, nil
 }
 
 // ListApprovals returns up to q.Limit approvals q.Match keeps, newest

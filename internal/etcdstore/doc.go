@@ -182,8 +182,13 @@
 // so adopting it records what happened: the marker committed, the frames
 // are in both places. The replica must come back within record_ttl for
 // its own log to get them; every other replica's audit join shows them
-// from their copies meanwhile. The copies of preflights
-// (with the binding), approvals and outcomes are written after the local
+// from their copies meanwhile. An approval's decision goes the lone
+// consume's way (approvals.go): its frame's copy rides in the decision's
+// own transaction, staged under the log's lead, which an approval waits
+// for (wal.DB.Lead), so a decision never stands without its frame; one
+// whose transaction's outcome is unknown is read back by the dropper,
+// which takes the frame up when etcd took the decision. The copies of
+// preflights (with the binding) and outcomes are written after the local
 // commit, as before.
 //
 // Carrying the decision frames' content in the marker's transaction, the

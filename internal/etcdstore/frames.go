@@ -99,6 +99,10 @@ type copyRequest struct {
 	index string
 	err   error
 	done  chan struct{}
+	// taken, when set, tells the dropper whether etcd took the write its
+	// copies went with, whose outcome the sender did not learn (an
+	// approval's decision): its frames are then taken up, not deleted.
+	taken func(context.Context) (bool, error)
 }
 
 // end tells the request's callers how its copy ended.

@@ -82,6 +82,7 @@ func (s *Store) dropper() {
 		// taken up past the head is only what was answered; the log is
 		// released once both are settled.
 		var keys []string
+		indexes := 0
 		for _, r := range lost {
 			// A copy still on its way would land after the delete.
 			select {
@@ -89,16 +90,30 @@ func (s *Store) dropper() {
 			case <-s.bg.Done():
 				return
 			}
+			if r.taken != nil {
+				var yes bool
+				if err := s.retry("learn whether etcd took an approval's decision", func() (err error) {
+					yes, err = r.taken(s.bg)
+					return err
+				}); err != nil {
+					return
+				}
+				if yes {
+					takeUp = true
+					continue
+				}
+			}
 			for i := range r.frames {
 				keys = append(keys, s.p.frame(r.frames[i].AuditID, s.o.Replica, r.frames[i].Seq))
 			}
 			keys = append(keys, r.index)
+			indexes++
 		}
 		if len(keys) > 0 {
 			if err := s.retry("delete the copies of a failed local commit", func() error { return s.deleteKeys(keys) }); err != nil {
 				return
 			}
-			s.logger.Info("etcd: the copies of a failed local commit are deleted", "copies", len(keys)-len(lost))
+			s.logger.Info("etcd: the copies of a failed local commit are deleted", "copies", len(keys)-indexes)
 		}
 		// A log that is not trusted writes nothing, and its owner must
 		// act: the copies stay in etcd for it.

@@ -188,7 +188,7 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) approvalUnavailable(w http.ResponseWriter, op string, err error) {
 	a.o.Logger.Error("approval cannot be served", "op", op, "err", err)
-	a.fail(w, http.StatusServiceUnavailable, preflight.CodeVerifierUnavailable, "", "Approvals cannot be read or recorded right now; nothing was recorded.", true)
+	a.fail(w, http.StatusServiceUnavailable, preflight.CodeVerifierUnavailable, "", "Approvals cannot be read or recorded right now; retry (a decision already recorded answers 409 approval-already-decided).", true)
 }
 
 // listApprovals answers GET /v1/approvals?state=pending|decided: for
