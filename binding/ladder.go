@@ -343,7 +343,10 @@ func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 // Concurrent decisions share commits. A write failure turns any decision
 // into a 503 deny.
 func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) Decision {
-	if _, err := g.o.Log.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+	// Every gated request's decision is recorded, also when its client
+	// has gone meanwhile: a caller that hangs up must not keep its
+	// attempt out of the audit.
+	if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
 		return g.unavailable(d)
 	}
@@ -369,7 +372,7 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 		// refusal on its own, in case the log takes that write. When it
 		// does not, the error just logged is the cause: one line is enough.
 		d = g.unavailable(d)
-		if _, err := g.o.Log.AppendDecision(ctx, g.frame(c, &d, now)); err != nil {
+		if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
 			g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
 		}
 		return d

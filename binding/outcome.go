@@ -311,7 +311,9 @@ func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchan
 // or the refusal of the response when it cannot be written.
 func (g *Gate) recordOutcome(ctx context.Context, now time.Time, v Verdict) Verdict {
 	attrs := &v.Attrs
-	if _, werr := g.outcomes.store.AppendOutcome(ctx, wal.OutcomeRecord{AuditID: v.AuditID, Time: now, Attrs: *attrs}); werr != nil {
+	// The tool has run: its outcome is recorded also when the client has
+	// gone meanwhile.
+	if _, werr := g.outcomes.store.AppendOutcome(context.WithoutCancel(ctx), wal.OutcomeRecord{AuditID: v.AuditID, Time: now, Attrs: *attrs}); werr != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write outcome frame; refusing the response", "audit_id", v.AuditID, "err", werr)
 		return g.refuse(v)
 	}

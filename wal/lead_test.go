@@ -277,3 +277,26 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestWriteOfAGoneCallerCommits: a write whose ctx is already done still
+// commits when a slot is free (a deny's decision frame for a client that
+// hung up), where a select between the two would drop it half the time.
+func TestWriteOfAGoneCallerCommits(t *testing.T) {
+	db, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	at := time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC)
+	for i := range 40 {
+		if _, err := db.AppendFrames(gone, []FrameInput{{Kind: KindDecision, AuditID: "au_gone", Time: at,
+			Attrs: map[string]any{"outcome": "deny"}}}); err != nil {
+			t.Fatalf("write %d with a done ctx: %v", i, err)
+		}
+	}
+	if seq, _ := db.Head(); seq != 40 {
+		t.Fatalf("head %d, want 40 frames", seq)
+	}
+}

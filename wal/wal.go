@@ -333,11 +333,18 @@ func (db *DB) enqueue(ctx context.Context, w *write) error {
 		db.mu.RUnlock()
 		return ErrClosed
 	}
+	// A free slot is taken whatever ctx says: select would pick at random
+	// between it and a ctx already done, and drop a write its caller could
+	// still make (a deny's decision frame, for a client that has gone).
 	select {
 	case db.slots <- struct{}{}:
-	case <-ctx.Done():
-		db.mu.RUnlock()
-		return ctx.Err()
+	default:
+		select {
+		case db.slots <- struct{}{}:
+		case <-ctx.Done():
+			db.mu.RUnlock()
+			return ctx.Err()
+		}
 	}
 	db.wmu.Lock()
 	lone := !db.leading

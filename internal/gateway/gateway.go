@@ -233,7 +233,7 @@ func (g *Gateway) judgeResponse(resp *http.Response, x *binding.Exchange) {
 	case int64(len(body)) > limit:
 		x.Response.Err, x.Response.Body = errResponseTooLarge, body[:limit]
 	}
-	v := g.o.Judge.Outcome(resp.Request.Context(), x)
+	v := g.o.Judge.Outcome(context.WithoutCancel(resp.Request.Context()), x)
 	resp.Header.Del(binding.HeaderPostconditionWarning) // only the gate sets it
 	if v.Release {
 		if v.Warning != "" {
