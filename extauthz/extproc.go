@@ -44,6 +44,12 @@ var (
 	ErrBodyNotBuffered = errors.New("extauthz: the response body was not buffered")
 	// ErrResponseTooLarge: the response body is over the processor's limit.
 	ErrResponseTooLarge = errors.New("extauthz: response body over the limit")
+	// ErrOutOfOrder: a message Envoy does not send at that point of a
+	// stream (the request's headers again, a request message once the
+	// response has begun, the response's trailers before it was judged):
+	// which request the response answers, or what it holds, is no longer
+	// certain.
+	ErrOutOfOrder = errors.New("extauthz: ext_proc message out of order")
 )
 
 // ProcessorOptions configures a Processor. Zero values mean the defaults.
@@ -87,6 +93,8 @@ type exchange struct {
 	resp    []byte
 	judged  bool
 	started bool
+	// responding is set by the response's headers.
+	responding bool
 }
 
 // Process serves one HTTP request's stream. Each message is answered in
@@ -157,6 +165,13 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 		p.observe(ctx, x, m)
 		return nil
 	}
+	if err := outOfOrder(x, m); err != nil {
+		// Judged unverified: refused in enforce mode, recorded in
+		// advisory, where the message is then answered as usual.
+		if v := p.finish(ctx, x, err); !v.Release {
+			return immediate(&v)
+		}
+	}
 	switch r := m.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		x.req = requestFromHeaders(r.RequestHeaders.GetHeaders())
@@ -178,7 +193,7 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 			RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		h := r.ResponseHeaders
-		x.status = statusOf(h.GetHeaders())
+		x.status, x.responding = statusOf(h.GetHeaders()), true
 		if !h.GetEndOfStream() {
 			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 				ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -217,6 +232,27 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 	// kind, and the response must not pass unjudged.
 	v := p.finish(ctx, x, fmt.Errorf("extauthz: unexpected ext_proc message %T", m.Request))
 	return immediate(&v)
+}
+
+// outOfOrder returns ErrOutOfOrder for a message Envoy does not send at
+// this point of x's stream, else nil.
+func outOfOrder(x *exchange, m *extprocv3.ProcessingRequest) error {
+	if x.judged {
+		return nil // what follows the verdict changes nothing
+	}
+	switch m.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if x.started {
+			return fmt.Errorf("%w: the request's headers again", ErrOutOfOrder)
+		}
+	case *extprocv3.ProcessingRequest_RequestBody, *extprocv3.ProcessingRequest_RequestTrailers:
+		if x.responding {
+			return fmt.Errorf("%w: a request message after the response's headers", ErrOutOfOrder)
+		}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return fmt.Errorf("%w: the response's trailers before its body was judged", ErrOutOfOrder)
+	}
+	return nil
 }
 
 // observe records what an observability-mode stream shows; nothing is

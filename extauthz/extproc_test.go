@@ -382,6 +382,36 @@ func TestExtProcNeverPassesABrokenStream(t *testing.T) {
 			t.Fatalf("want one unverified outcome, got %+v", got)
 		}
 	})
+	// Messages Envoy does not send at that point: a violating response
+	// must not pass unjudged, whatever comes between.
+	for name, msgs := range map[string]func(auditID string) []*extprocv3.ProcessingRequest{
+		"the request's headers again": func(auditID string) []*extprocv3.ProcessingRequest {
+			req := envoyRequest("ledger.debit", debit, "req-1", auditID)
+			other := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: hm(":method", "GET", ":path", "/healthz", "x-request-id", "req-1")}}}
+			return append(append(req, other), envoyResponse(200, `{"balance":50}`)...)
+		},
+		"the response's trailers before its body": func(auditID string) []*extprocv3.ProcessingRequest {
+			headers := envoyResponse(200, `{"balance":50}`)[0]
+			trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{}}}
+			return append(envoyRequest("ledger.debit", debit, "req-1", auditID), headers, trailers)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+			auditID := e.allow(t, "ledger.debit", debit, "req-1")
+			answers := e.exchange(t, msgs(auditID))
+			im := answers[len(answers)-1].GetImmediateResponse()
+			if im == nil || im.GetStatus().GetCode() != 502 {
+				t.Fatalf("want an immediate 502, got %v", answers)
+			}
+			got := e.outcomes(t, auditID)
+			if len(got) != 1 || got[0].Reason != "outcome: unverified" || !got[0].Enforced {
+				t.Fatalf("want one enforced unverified outcome, got %+v", got)
+			}
+		})
+	}
 	t.Run("a response for no allowed request", func(t *testing.T) {
 		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
 		answers := e.exchange(t, append(envoyRequest("ledger.debit", debit, "req-9", ids.Audit()), envoyResponse(200, `{"balance":75}`)...))
