@@ -81,3 +81,18 @@ func TestCheckConfigRefusesADataDirServeCannotOpen(t *testing.T) {
 		t.Errorf("check-config on an unwritable data dir: exit %d, %s", res.Code, res.Stderr)
 	}
 }
+
+// TestListeningLineAtEveryLogLevel: the line naming the bound addresses is
+// how a service started on port 0 is found, so it is written whatever
+// log.level lets through (the harness reads it to find the ports).
+func TestListeningLineAtEveryLogLevel(t *testing.T) {
+	for _, level := range []string{"warn", "error"} {
+		t.Run(level, func(t *testing.T) {
+			cfg := writeFile(t, "log.yaml", "log:\n  level: "+level+"\n")
+			s := StartServer(t, ServeOptions{Config: cfg})
+			if status, _ := getBody(t, s.URL("/healthz")); status != 200 {
+				t.Fatalf("/healthz at the logged address: %d", status)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -298,5 +299,29 @@ func TestWriteOfAGoneCallerCommits(t *testing.T) {
 	}
 	if seq, _ := db.Head(); seq != 40 {
 		t.Fatalf("head %d, want 40 frames", seq)
+	}
+}
+
+// TestWritersOwnErrorIsNoCommitFailure: a write whose function refuses
+// (an approval already decided) is answered its error; OnCommit, which
+// feeds autonomy_wal_commit_errors_total, hears of no failed commit.
+func TestWritersOwnErrorIsNoCommitFailure(t *testing.T) {
+	var failed, commits atomic.Int64
+	db, err := Open(t.TempDir(), &Options{OnCommit: func(_ int, _ time.Duration, err error) {
+		commits.Add(1)
+		if err != nil {
+			failed.Add(1)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	mine := errors.New("already decided")
+	if err := db.Update(context.Background(), func(*Tx) error { return mine }); !errors.Is(err, mine) {
+		t.Fatalf("the refusing write: %v, want its own error", err)
+	}
+	if failed.Load() != 0 {
+		t.Fatalf("%d failed commits reported for a writer's own error", failed.Load())
 	}
 }

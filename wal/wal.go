@@ -502,7 +502,11 @@ func (db *DB) commit(batch []*write) {
 				staged = false
 			}
 		}
-		if db.opts.OnCommit != nil {
+		// A writer's own error (an approval already decided) rolls the
+		// transaction back and the rest are committed again without it:
+		// no commit failed, and the next attempt reports the commit.
+		writerFailed := failed >= 0 && errors.Is(err, fnErr)
+		if db.opts.OnCommit != nil && !writerFailed {
 			db.opts.OnCommit(len(batch), time.Since(start), err)
 		}
 		switch {
@@ -512,7 +516,7 @@ func (db *DB) commit(batch []*write) {
 				db.answer(w, nil)
 			}
 			return
-		case failed >= 0 && errors.Is(err, fnErr):
+		case writerFailed:
 			db.answer(batch[failed], fnErr)
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
 		default:

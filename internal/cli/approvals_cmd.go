@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +20,15 @@ import (
 func init() { extraCommands = append(extraCommands, newApprovals, newApprove) }
 
 const defaultServer = "http://127.0.0.1:8181"
+
+// serverClient asks a running service (audit --server, approvals list;
+// approve bounds its request the same way): a service that takes the
+// connection and never answers fails the command after serverTimeout
+// instead of hanging it.
+var serverClient = &http.Client{Timeout: serverTimeout}
+
+// serverTimeout bounds one request of those commands, answer included.
+var serverTimeout = 30 * time.Second
 
 func newApprovals(stdout, _ io.Writer) *cobra.Command {
 	root := &cobra.Command{Use: "approvals", Short: "Steps that wait for a person's approval"}
@@ -42,7 +53,7 @@ func newApprovals(stdout, _ io.Writer) *cobra.Command {
 				return err
 			}
 			setBearer(req, token)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := serverClient.Do(req)
 			if err != nil {
 				return err
 			}
@@ -119,7 +130,9 @@ func newApprove(stdout, _ io.Writer) *cobra.Command {
 				return err
 			}
 			u := strings.TrimRight(server, "/") + "/v1/approvals/" + url.PathEscape(args[0]) + "/" + url.PathEscape(args[1])
-			status, out, err := postJSON(cmd.Context(), u, token, body)
+			ctx, cancel := context.WithTimeout(cmd.Context(), serverTimeout)
+			defer cancel()
+			status, out, err := postJSON(ctx, u, token, body)
 			if err != nil {
 				return err
 			}

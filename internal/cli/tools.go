@@ -125,7 +125,7 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string, include 
 		return nil, err
 	}
 	setBearer(req, token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := serverClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func (s *Server) Reload(ctx context.Context, trigger string) error {
 	if b.Revision() == old.Revision() {
 		s.obs.metrics.BundleReload(metrics.ReloadUnchanged)
 		s.log.InfoContext(ctx, "bundle unchanged", "trigger", trigger, "bundle", b.Source(),
-			"bundle_revision", b.Revision())
+			"bundle_revision", b.Revision(), "old_bundle_revision", old.Revision())
 		return nil
 	}
 	s.bundle.Store(b)

@@ -570,7 +570,13 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errc <- srv.Serve(s.sec.wrapHTTP(listeners[i])) }()
 	}
 	go func() { errc <- s.grpc.Serve(limitConnections(grpcLn, &s.cfg)) }()
-	s.log.Info("listening", attrs...)
+	// The bound addresses are how a service started on port 0 is found:
+	// the line is written whatever log.level lets through.
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "listening", 0)
+	rec.Add(attrs...)
+	if err := s.log.Handler().Handle(context.Background(), rec); err != nil {
+		s.log.Warn("listening", attrs...)
+	}
 	if note := modeNote(s.cfg.ContractRefine.Mode); note != "" {
 		s.log.Warn(note, "mode", string(s.cfg.ContractRefine.Mode))
 	}
