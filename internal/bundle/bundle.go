@@ -125,7 +125,7 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: %w", source, err)
 	}
 	b := &Bundle{source: source, governance: gov, clauses: clauses, timeout: o.PolicyTimeout,
-		revision: revisionOf(res)}
+		revision: revisionOf(res, root)}
 	store := inmem.NewFromObject(res.Documents)
 	compiler := ast.NewCompiler()
 	modules := map[string]*ast.Module{}
@@ -435,11 +435,17 @@ func strictDecode(v any, into any) error {
 
 // revisionOf digests the bundle's files, so every decision frame can name
 // the exact policy it was made under.
-func revisionOf(res *loader.Result) string {
+func revisionOf(res *loader.Result, root string) string {
 	h := sha256.New()
+	// Names are the files' paths within the bundle, so the embedded bundle
+	// (loaded under "default/") and the same files loaded from a directory
+	// have one revision.
 	names := make([]string, 0, len(res.Modules))
+	rel := make(map[string]string, len(res.Modules))
 	for name := range res.Modules {
-		names = append(names, name)
+		r := strings.TrimPrefix(name, root+"/")
+		names = append(names, r)
+		rel[r] = name
 	}
 	sort.Strings(names)
 	// Each part is prefixed by its length, so no two bundles digest the
@@ -451,7 +457,7 @@ func revisionOf(res *loader.Result) string {
 	}
 	for _, name := range names {
 		part([]byte(name))
-		part(res.Modules[name].Raw)
+		part(res.Modules[rel[name]].Raw)
 	}
 	data, _ := json.Marshal(res.Documents) // map keys are sorted
 	part(data)

@@ -450,3 +450,22 @@ func TestWarnsOfAPolicyWithoutAllow(t *testing.T) {
 		t.Fatalf("the embedded default bundle warns: %q", got)
 	}
 }
+
+// TestEmbeddedRevisionIsTheFilesRevision: the embedded default bundle and
+// the same files loaded from the repository's directory have one revision,
+// so an operator running the default bundle from disk sees the revision
+// the frames of the embedded one carry.
+func TestEmbeddedRevisionIsTheFilesRevision(t *testing.T) {
+	ctx := context.Background()
+	embedded, err := bundle.Load(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := bundle.Load(ctx, "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if embedded.Revision() != disk.Revision() {
+		t.Fatalf("embedded revision %s, the same files from disk %s", embedded.Revision(), disk.Revision())
+	}
+}
