@@ -23,7 +23,42 @@ func (s *Store) copyFrames(ctx context.Context, frames []wal.Frame) error {
 	if len(frames) == 0 {
 		return nil
 	}
-	return s.copied(ctx, s.startCopy(frames[0].Seq-1, frames[0].PrevHash, frames, nil))
+	req := s.startCopy(frames[0].Seq-1, frames[0].PrevHash, frames, nil)
+	err := s.copied(ctx, req)
+	if err != nil {
+		s.recopy(req)
+	}
+	return err
+}
+
+// recopy sends again, in the background, the copies of req once its
+// transaction has ended in an error, retrying until etcd takes them or
+// the store closes. Its frames are in the log (their commit succeeded),
+// so without their copies the other replicas' audit joins would lack them
+// for good; a copy sent twice puts the same bytes. A replica that stops
+// first leaves them to `autonomy wal check-store` (frame_without_copy).
+func (s *Store) recopy(req *copyRequest) {
+	go func() {
+		select {
+		case <-req.done:
+		case <-s.bg.Done():
+			return
+		}
+		if req.err == nil {
+			return // the copy was on its way, and landed
+		}
+		if s.retry("copy frames whose copy failed", func() error {
+			r := s.startCopy(req.baseSeq, req.baseHash, req.frames, req.stored)
+			select {
+			case <-r.done:
+				return r.err
+			case <-s.bg.Done():
+				return s.bg.Err()
+			}
+		}) == nil {
+			s.logger.Info("etcd: frames whose copy had failed are copied", "frames", len(req.frames), "first_seq", req.frames[0].Seq)
+		}
+	}()
 }
 
 // logAndCopy appends ins to the replica's log and copies them to etcd,
@@ -55,7 +90,11 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 	case req == nil: // nothing was appended
 		return frames, nil
 	}
-	return frames, s.copied(ctx, req)
+	if err := s.copied(ctx, req); err != nil {
+		s.recopy(req) // the frames are in the log: their copies must follow
+		return frames, err
+	}
+	return frames, nil
 }
 
 // startCopy queues frames, appended to the log at base, for a copy

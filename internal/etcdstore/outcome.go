@@ -59,13 +59,20 @@ func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, 
 }
 
 // AppendOutcome appends the outcome frame to the replica's log and its
-// copy to etcd; it returns once both are durable.
+// copy to etcd. It returns once the frame is durable in the log and its
+// copy in etcd, or the copy failed: the frame, in the log, then says what
+// its caller does with the response (the tool has run; refusing the
+// response would make the record wrong), and its copy is sent again in the
+// background until etcd takes it (recopy).
 func (s *Store) AppendOutcome(ctx context.Context, rec wal.OutcomeRecord) (wal.Frame, error) {
 	f, err := s.log.AppendOutcome(ctx, rec)
 	if err != nil {
 		return f, err
 	}
-	return f, s.copyFrames(ctx, []wal.Frame{f})
+	if err := s.copyFrames(ctx, []wal.Frame{f}); err != nil {
+		s.logger.Warn("etcd: an outcome frame's copy failed; the response goes as judged, the copy is sent again", "audit_id", f.AuditID, "seq", f.Seq, "err", err)
+	}
+	return f, nil
 }
 
 // HasOutcome reports whether any replica recorded an outcome under auditID

@@ -3,8 +3,14 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -59,4 +65,53 @@ func TestOutcomeAcrossReplicaStores(t *testing.T) {
 			t.Fatalf("outcome on %s after B recorded it: %v, %v", s.Replica(), has, err)
 		}
 	}
+}
+
+// failingStub is the store's KV stub whose next transactions, while
+// failures lasts, fail without reaching etcd.
+type failingStub struct {
+	etcdserverpb.KVClient
+	failures atomic.Int32
+}
+
+func (f *failingStub) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	if f.failures.Add(-1) >= 0 {
+		return nil, status.Error(codes.Unavailable, "etcd away")
+	}
+	return f.KVClient.Txn(ctx, in, opts...)
+}
+
+// TestOutcomeCopyFailureIsRetried: an outcome frame whose copy fails is in
+// the log, and AppendOutcome says so (the response goes as judged, the
+// record saying what the caller got); the copy is sent again until etcd
+// takes it, and the other replica's audit join then shows the frame.
+func TestOutcomeCopyFailureIsRetried(t *testing.T) {
+	ctx := context.Background()
+	prefix := newPrefix()
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	stub := &failingStub{KVClient: a.kv}
+	stub.failures.Store(2)
+	a.kv = stub
+	f, err := a.AppendOutcome(ctx, wal.OutcomeRecord{AuditID: "au_recopy", Time: time.Now(),
+		Attrs: wal.OutcomeAttrs{RequestID: "rq-1", Outcome: wal.OutcomeOK}})
+	if err != nil {
+		t.Fatalf("an outcome whose copy failed: %v; want it recorded, as the log has it", err)
+	}
+	if fs := framesAfter(t, a, f.Seq-1); len(fs) != 1 || fs[0].Kind != wal.KindOutcome {
+		t.Fatalf("replica-a's log after the outcome: %+v", fs)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if has, err := b.HasOutcome(ctx, "au_recopy", "rq-1"); err == nil && has {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica-b's audit join still lacks the outcome whose copy failed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	checkClean(t, a)
 }
