@@ -306,9 +306,15 @@ func (g *Guard) match(presented string) (Token, bool) {
 	return g.o.Tokens[found], true
 }
 
-// bearer returns the token of an "Authorization: Bearer <token>" header.
+// bearer returns the token of an "Authorization: Bearer <token>" header;
+// none when the header is sent twice, as which one counts would then be
+// up to each proxy on the way.
 func bearer(r *http.Request) string {
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	values := r.Header.Values("Authorization")
+	if len(values) != 1 {
+		return ""
+	}
+	scheme, tok, ok := strings.Cut(values[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return ""
 	}

@@ -162,6 +162,7 @@ func TestAuthorize(t *testing.T) {
 		"tokens: one tenant":           {tokens: toks, remote: "192.0.2.9:5", auth: "Bearer " + acmeToken, tenant: "acme", ok: true},
 		"tokens: digest entry":         {tokens: toks, remote: "192.0.2.9:5", auth: "bearer " + globexRaw, tenant: "globex", ok: true},
 		"tokens: loopback needs token": {tokens: toks, remote: "[::1]:5"},
+		"tokens: sent twice":           {tokens: toks, remote: "192.0.2.9:5", auth: "Bearer " + opsToken + "\x00Bearer bogus"},
 		"no tokens: loopback v4":       {remote: "127.0.0.1:5", all: true, ok: true},
 		"no tokens: loopback v6":       {remote: "[::1]:5", all: true, ok: true},
 		"no tokens: remote":            {remote: "192.0.2.9:5", all: true},
@@ -173,8 +174,10 @@ func TestAuthorize(t *testing.T) {
 			g := New(Options{Tokens: tc.tokens, AllowRemoteReads: tc.remoteReads})
 			r := httptest.NewRequest(http.MethodGet, "/v1/audit/au_x", nil)
 			r.RemoteAddr, r.Host = tc.remote, "localhost:8181"
-			if tc.auth != "" {
-				r.Header.Set("Authorization", tc.auth)
+			for a := range strings.SplitSeq(tc.auth, "\x00") {
+				if a != "" {
+					r.Header.Add("Authorization", a)
+				}
 			}
 			tenant, all, ok := g.Authorize(r)
 			if tenant != tc.tenant || all != tc.all || ok != tc.ok {

@@ -140,12 +140,22 @@ func (a *API) fail(w http.ResponseWriter, status int, code, path, message string
 // application/json or a +json type, with any parameters. An absent header
 // is taken as JSON (RFC 9110 §8.3 lets the recipient decide), so clients
 // that send none keep working; a declared non-JSON type never is.
-func jsonMediaType(contentType string) bool {
-	if contentType == "" {
+func jsonMediaType(h http.Header) bool {
+	values := h.Values("Content-Type")
+	switch len(values) {
+	case 0:
 		return true
+	case 1:
+	default:
+		return false // two declarations: which one the body follows is not known
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
+	mt, params, err := mime.ParseMediaType(values[0])
 	if err != nil {
+		return false
+	}
+	// JSON is UTF-8 (RFC 8259); a body declared in another charset would
+	// be read as something it is not.
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
 		return false
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
@@ -203,7 +213,7 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, e)
 		return
 	}
-	if !jsonMediaType(r.Header.Get("Content-Type")) {
+	if !jsonMediaType(r.Header) {
 		// Refused before the body is read: a form or text body is not a
 		// PreflightRequest, and deciding it would spend an attempt.
 		a.fail(w, http.StatusUnsupportedMediaType, preflight.CodeUnsupportedMediaType, "", "The request body must be JSON: send Content-Type: application/json.", false)

@@ -29,6 +29,9 @@ func TestPreflightMediaType(t *testing.T) {
 		"unparsable":        {"application/json; =", 415},
 		"octet stream":      {"application/octet-stream", 415},
 		"text json lookali": {"text/json", 415},
+		"json in utf-16":    {"application/json; charset=utf-16", 415},
+		"json in UTF-8":     {"application/json; charset=UTF-8", 200},
+		"declared twice":    {"application/json\x00text/plain", 415},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -38,8 +41,10 @@ func TestPreflightMediaType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.contentType != "" {
-				req.Header.Set("Content-Type", tc.contentType)
+			for ct := range strings.SplitSeq(tc.contentType, "\x00") {
+				if ct != "" {
+					req.Header.Add("Content-Type", ct)
+				}
 			}
 			r := send(t, req)
 			if r.status != tc.status {

@@ -54,7 +54,7 @@ func (a *API) postOutcome(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusForbidden, preflight.CodeReporterNotAuthorized, "", "The token's roles do not include "+RoleOutcomeReporter+".", false)
 		return
 	}
-	if !jsonMediaType(r.Header.Get("Content-Type")) {
+	if !jsonMediaType(r.Header) {
 		a.fail(w, http.StatusUnsupportedMediaType, preflight.CodeUnsupportedMediaType, "", "The request body must be JSON: send Content-Type: application/json.", false)
 		return
 	}
