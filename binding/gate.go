@@ -560,6 +560,14 @@ func (g *Gate) presented(ctx context.Context, c *call, now time.Time) {
 	if !c.idRead {
 		c.headerID, c.hasHeader = c.req.Headers[HeaderPreflightID]
 	}
+	if !c.hasHeader && g.o.Protocol == ProtocolMCP {
+		// A tools/call refused before readToolCall read its _meta id.
+		if doc, err := parseBody(c.req.Body); err == nil {
+			if id, ok, _ := resolveExact(doc, metaPreflightPointer); ok {
+				c.headerID, c.hasHeader = id.(string)
+			}
+		}
+	}
 	if !c.hasHeader || !idShape.MatchString(c.headerID) {
 		return
 	}

@@ -26,6 +26,10 @@ const decisionCacheSize = 1024
 
 // allow evaluates the policy for c.
 func (g *Gate) allow(ctx context.Context, pol Policy, c *call) (bool, string, error) {
+	// The policy decides whether or not the client is still there: one
+	// that hung up meanwhile would otherwise be recorded as the verifier
+	// failing (its timeout, policy.timeout, still bounds it).
+	ctx = context.WithoutCancel(ctx)
 	if vp, ok := pol.(valuePolicy); ok {
 		input, err := g.inputValue(ctx, vp, c)
 		if err != nil {

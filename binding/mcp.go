@@ -284,7 +284,38 @@ func (g *Gate) batchOf(r *Request) []json.RawMessage {
 	if err := json.Unmarshal(b, &msgs); err != nil || len(msgs) == 0 || len(msgs) > MaxMCPBatch {
 		return nil
 	}
+	// Two requests with one id cannot be told apart by their answers: the
+	// batch is refused whole, as the one message it is not.
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if r := peekRPC(m); r.method != "" && r.id != "" {
+			k, _ := idKey(r.id)
+			if seen[k] {
+				return nil
+			}
+			seen[k] = true
+		}
+	}
 	return msgs
+}
+
+// idKey is a JSON-RPC id (its JSON text) as the value a peer matches
+// answers by: 1 and 1.0, "a" and "\u0061" are one id. ok is false for
+// text that is no id.
+func idKey(text string) (key string, ok bool) {
+	var v any
+	if json.Unmarshal([]byte(text), &v) != nil {
+		return text, false
+	}
+	switch t := v.(type) {
+	case string:
+		return "s" + t, true
+	case float64:
+		return "n" + strconv.FormatFloat(t, 'g', -1, 64), true
+	case nil:
+		return "null", true
+	}
+	return text, false
 }
 
 // peekRPC reads the id and method of a batch message to answer it, without

@@ -229,16 +229,28 @@ func TestMCPBatch(t *testing.T) {
 
 	// Two calls on a one-step preflight in one batch are two calls, not a
 	// retry of one: the second is a replay and the batch is denied whole.
-	call := toolsCall("3", "tool.shell", `{}`, one.PreflightID)
-	d = e.check(mcpPost(`[`+call+`,`+call+`]`, map[string]string{binding.HeaderRequestID: "rb"}))
+	call := func(id, pf string) string { return toolsCall(id, "tool.shell", `{}`, pf) }
+	d = e.check(mcpPost(`[`+call("3", one.PreflightID)+`,`+call("4", one.PreflightID)+`]`, map[string]string{binding.HeaderRequestID: "rb"}))
 	if d.Reason != preflight.ReasonReplay {
 		t.Fatalf("two calls on one step: %+v", d)
 	}
 	mcpDeny(t, &d, true)
 
+	// Two requests with one id (1 and 1.0 are one id) cannot be told apart
+	// by their answers: the batch is refused whole.
+	for _, ids := range [][2]string{{"5", "5"}, {"5", "5.0"}, {`"a"`, `"a"`}} {
+		echo := func(id string) string { return toolsCall(id, "tool.echo", `{}`, "") }
+		if d = e.check(mcpPost(`[`+echo(ids[0])+`,`+echo("7")+`]`, nil)); !d.Allowed {
+			t.Fatalf("a batch with ids %s and 7: %+v, want it allowed", ids[0], d)
+		}
+		d = e.check(mcpPost(`[`+echo(ids[0])+`,`+echo(ids[1])+`]`, nil))
+		if d.Allowed || d.Reason != "gate: malformed_tool_call" {
+			t.Fatalf("a batch with ids %v: %+v, want it refused whole", ids, d)
+		}
+	}
+
 	two := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil), step("s2", "tool.shell", nil))
-	call = toolsCall("4", "tool.shell", `{}`, two.PreflightID)
-	d = e.check(mcpPost(`[`+list+`,`+call+`,`+call+`]`, map[string]string{binding.HeaderRequestID: "rc"}))
+	d = e.check(mcpPost(`[`+list+`,`+call("4", two.PreflightID)+`,`+call("6", two.PreflightID)+`]`, map[string]string{binding.HeaderRequestID: "rc"}))
 	if !d.Allowed || d.PreflightID != two.PreflightID || d.ToolKind != "tool.shell" {
 		t.Fatalf("two calls on two steps: %+v", d)
 	}
@@ -296,3 +308,16 @@ deny_reason := sprintf("no %s", [input.mcp.method])
 
 // mapOnly hides the bundle's AllowValue, so the gate takes its Go map path.
 type mapOnly struct{ binding.Policy }
+
+// TestMCPUnreadableCallNamesItsPreflight: a tools/call refused as
+// unreadable names the preflight id its params._meta gives, and joins that
+// preflight's audit, as one giving it in the header does.
+func TestMCPUnreadableCallNamesItsPreflight(t *testing.T) {
+	e := mcpEnv(t, binding.ModeEnforce)
+	b := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil))
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool.shell","arguments":"x","_meta":{"autonomy/preflight_id":` + mustJSON(b.PreflightID) + `}}}`
+	d := e.check(mcpPost(body, nil))
+	if d.Allowed || d.Reason != "gate: malformed_tool_call" || d.PreflightID != b.PreflightID || d.AuditID != b.AuditID {
+		t.Fatalf("%+v, want a malformed_tool_call deny naming %s under %s", d, b.PreflightID, b.AuditID)
+	}
+}

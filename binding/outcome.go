@@ -215,21 +215,32 @@ func (g *Gate) gatedCall(r *Request) *call {
 // say). The first answer refused refuses the whole batch; a batch with no
 // tools/call is not judged.
 func (g *Gate) outcomeBatch(ctx context.Context, x *Exchange, msgs []json.RawMessage) Verdict {
+	// The answers by id; an id answered twice matches no call, which is
+	// then judged on the whole answer.
 	answers := map[string]json.RawMessage{}
+	twice := map[string]bool{}
 	var all []json.RawMessage
 	if json.Unmarshal(x.Response.Body, &all) == nil {
 		for _, m := range all {
-			if id := peekRPC(m).id; id != "" {
-				answers[id] = m
+			if k, ok := idKey(peekRPC(m).id); ok {
+				if _, dup := answers[k]; dup {
+					twice[k] = true
+				}
+				answers[k] = m
 			}
 		}
+	}
+	for k := range twice {
+		delete(answers, k)
 	}
 	out := Verdict{Release: true}
 	for i, m := range msgs {
 		sub := *x
 		sub.Request = batchItem(x.Request, m, i)
-		if b, ok := answers[peekRPC(m).id]; ok {
-			sub.Response.Body = b
+		if k, ok := idKey(peekRPC(m).id); ok {
+			if b, ok := answers[k]; ok {
+				sub.Response.Body = b
+			}
 		}
 		if x.Decision != nil {
 			sub.Decision = &Decision{} // no decision allowed it: unverified

@@ -45,8 +45,9 @@ var (
 	// ErrResponseTooLarge: the response body is over the processor's limit.
 	ErrResponseTooLarge = errors.New("extauthz: response body over the limit")
 	// ErrOutOfOrder: a message Envoy does not send at that point of a
-	// stream (the request's headers again, a request message once the
-	// response has begun, the response's trailers before it was judged):
+	// stream (the request's or the response's headers again, a request
+	// message once the response has begun, the response's body before its
+	// headers, its trailers before it was judged):
 	// which request the response answers, or what it holds, is no longer
 	// certain.
 	ErrOutOfOrder = errors.New("extauthz: ext_proc message out of order")
@@ -248,6 +249,14 @@ func outOfOrder(x *exchange, m *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestBody, *extprocv3.ProcessingRequest_RequestTrailers:
 		if x.responding {
 			return fmt.Errorf("%w: a request message after the response's headers", ErrOutOfOrder)
+		}
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if x.responding {
+			return fmt.Errorf("%w: the response's headers again", ErrOutOfOrder)
+		}
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		if !x.responding {
+			return fmt.Errorf("%w: the response's body before its headers", ErrOutOfOrder)
 		}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		return fmt.Errorf("%w: the response's trailers before its body was judged", ErrOutOfOrder)

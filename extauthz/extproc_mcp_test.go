@@ -76,6 +76,12 @@ func TestExtProcMCPJudgesToolCallsOnly(t *testing.T) {
 		t.Fatalf("batch outcomes %+v, want ledger.debit's and tool.echo's, both ok", got)
 	}
 
+	// An id the server writes back in another form (2.0 as 2) is the same
+	// id: the call is judged on its own answer.
+	odd := `[{"jsonrpc":"2.0","id":2.0,"method":"tools/call","params":{"name":"ledger.debit","arguments":{"balance":10,"amount":4}}}]`
+	audit = allow(odd, "req-odd")
+	passes(e.exchange(t, mcpExchange(odd, "req-odd", audit, `[{"jsonrpc":"2.0","id":2,"balance":6,"result":{}}]`)))
+
 	// The debit's answer does not show the balance dropping: refused.
 	audit = allow(batch, "req-bad")
 	bad := `[{"jsonrpc":"2.0","id":2,"balance":10,"result":{}},{"jsonrpc":"2.0","id":3,"result":{}}]`

@@ -391,6 +391,13 @@ func TestExtProcNeverPassesABrokenStream(t *testing.T) {
 				Headers: hm(":method", "GET", ":path", "/healthz", "x-request-id", "req-1")}}}
 			return append(append(req, other), envoyResponse(200, `{"balance":50}`)...)
 		},
+		"the response's headers again": func(auditID string) []*extprocv3.ProcessingRequest {
+			first := envoyResponse(500, `{"balance":50}`)[0]
+			return append(append(envoyRequest("ledger.debit", debit, "req-1", auditID), first), envoyResponse(200, `{"balance":75}`)...)
+		},
+		"the response's body before its headers": func(auditID string) []*extprocv3.ProcessingRequest {
+			return append(envoyRequest("ledger.debit", debit, "req-1", auditID), envoyResponse(200, `{"balance":75}`)[1])
+		},
 		"the response's trailers before its body": func(auditID string) []*extprocv3.ProcessingRequest {
 			headers := envoyResponse(200, `{"balance":50}`)[0]
 			trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{

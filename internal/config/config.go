@@ -306,11 +306,12 @@ func Load(path string) (Config, error) {
 	if err := cfg.src.nullKeys(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
-	// Left out, the key means the embedded default bundle; written empty
-	// it is a directory the file forgot to name (a template whose variable
-	// was unset), which must not quietly run another policy.
-	if n := cfg.src.line("bundle"); n > 0 && cfg.Bundle == "" {
-		return cfg, fmt.Errorf("config %s: line %d: bundle: \"\" names no directory; leave the key out for the embedded default bundle", path, n)
+	// Left out, bundle means the embedded default bundle; written empty it
+	// is a directory the file forgot to name (a template whose variable was
+	// unset), which must not quietly run another policy. So for the tokens
+	// and TLS files, which would quietly turn protection off.
+	if err := cfg.src.emptyKeys(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	return cfg, nil
 }

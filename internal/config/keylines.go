@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,9 @@ type source struct {
 	// nulls are the keys written with no value (null, ~ or nothing), in
 	// the file's order.
 	nulls []string
+	// empties are the keys written as "" (an empty string), in the
+	// file's order.
+	empties []string
 }
 
 // indexLines indexes the keys of a YAML document. It returns nil when the
@@ -54,6 +58,9 @@ func (s *source) walk(n *yaml.Node, prefix string) {
 		}
 		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
 			s.nulls = append(s.nulls, path)
+		}
+		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == "" {
+			s.empties = append(s.empties, path)
 		}
 		s.walk(v, path)
 	}
@@ -94,6 +101,27 @@ func (s *source) nameKeys(err error) error {
 		return m
 	})
 	return errors.New(strings.TrimSpace(msg))
+}
+
+// unsetByEmpty are the keys whose "" would quietly turn something off or
+// name nothing (the file's bundle, its tokens, its TLS, the replica): a
+// template whose variable was unset. Left out, each takes its default.
+var unsetByEmpty = []string{"bundle", "access.tokens_file", "tls.cert_file", "tls.key_file", "tls.client_ca_file",
+	"upstream", "gateway_addr", "replica_id", "store.backend",
+	"store.etcd.tls.ca_file", "store.etcd.tls.cert_file", "store.etcd.tls.key_file"}
+
+// emptyKeys refuses the keys of unsetByEmpty written as "".
+func (s *source) emptyKeys() error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	for _, k := range s.empties {
+		if slices.Contains(unsetByEmpty, k) {
+			errs = append(errs, fmt.Errorf("line %d: %s: \"\" names nothing; leave the key out for its default", s.keyLine[k], k))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // nullKeys refuses the keys written with no value: yaml leaves the default

@@ -126,6 +126,10 @@ func (a *API) postApproval(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !jsonMediaType(r.Header) {
+		a.fail(w, http.StatusUnsupportedMediaType, preflight.CodeUnsupportedMediaType, "", "The request body must be JSON: send Content-Type: application/json.", false)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.o.MaxBodyBytes, 64<<10)))
 	if err != nil {
 		var over *http.MaxBytesError
