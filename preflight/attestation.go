@@ -56,11 +56,13 @@ func checkAttestationFreshness(e *evaluation) (Result, error) {
 	// Times are compared, not a Duration negated: Sub saturates at about
 	// 292 years, and negating the most negative Duration leaves it
 	// negative, so a year-9999 issued_at would pass as fresh.
+	// Ages are told to the second: a decision names what was decided, and
+	// two decisions of one request a moment apart read the same.
 	switch {
 	case e.now.After(issued.Add(maxAge)):
-		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is %s old; the limit is %s", e.now.Sub(issued), maxAge))
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is %s old; the limit is %s", e.now.Sub(issued).Truncate(time.Second), maxAge))
 	case issued.After(e.now.Add(MaxAttestationSkew)):
-		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is issued %s in the future; the limit is %s", issued.Sub(e.now), MaxAttestationSkew))
+		r.fail("", "/context/attestation/issued_at", fmt.Sprintf("the attestation is issued %s in the future; the limit is %s", issued.Sub(e.now).Truncate(time.Second), MaxAttestationSkew))
 	}
 	return r.result(ReasonAttestationStale), nil
 }
