@@ -115,6 +115,20 @@ func (db *DB) refuseHeld(batch []*write) []*write {
 	return kept
 }
 
+// Refuses reports why the log would refuse a write now (not yet
+// verified or failed verification, held), or nil; it writes nothing. A
+// store that must not spend shared state it cannot then record asks
+// first.
+func (db *DB) Refuses() error {
+	if err := db.Trusted(); err != nil {
+		return err
+	}
+	if db.held.Load() {
+		return ErrHeld
+	}
+	return nil
+}
+
 // Hold makes every write fail with ErrHeld, except Adopt's, until Release.
 func (db *DB) Hold() { db.held.Store(true) }
 

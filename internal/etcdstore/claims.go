@@ -143,10 +143,25 @@ func (s *Store) LockSession(ctx context.Context, key string) (unlock func(), err
 			released := h.released
 			s.heldMu.Unlock()
 			if !released {
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.RequestTimeout)
-				defer cancel()
-				if _, err := s.cli.Delete(uctx, h.lockKey); err != nil {
-					s.logger.Warn("cannot release repair-session lock; its lease frees it", "err", err)
+				// The lock's lease lives as long as this process, so a
+				// delete etcd did not take is tried again until it does:
+				// else the session stays locked on every other replica.
+				unlock := func() error {
+					uctx, cancel := context.WithTimeout(s.bg, s.o.RequestTimeout)
+					defer cancel()
+					_, err := s.cli.Delete(uctx, h.lockKey)
+					return err
+				}
+				if err := unlock(); err != nil {
+					// This process's next holder of the session would
+					// take the same key (one per lease): it waits, on
+					// the local lock, until the delete is done.
+					s.logger.Warn("cannot release repair-session lock yet; retrying until etcd takes it", "err", err)
+					go func() {
+						_ = s.retry("release a repair-session lock", unlock)
+						local()
+					}()
+					return
 				}
 			}
 			local()

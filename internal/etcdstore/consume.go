@@ -169,6 +169,12 @@ func (s *Store) sendPeeks(ctx context.Context, batch []*peekRequest) {
 // marker: the replica's log, then their copies in etcd; a lone consume
 // sends the copies with its first marker instead (consumeLone).
 func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeResult, error) {
+	// A log that cannot write now (being verified after a start, held)
+	// would let the marker be put and then answer 503: the step would be
+	// spent with no allow and no record. It is refused before.
+	if err := s.log.Refuses(); err != nil {
+		return wal.ConsumeResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	res, logged, err := s.decide(ctx, &r, true)
 	if err != nil || logged {
 		return res, err

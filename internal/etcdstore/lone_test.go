@@ -437,3 +437,22 @@ func TestOneConsumeWaitsForALoneCommit(t *testing.T) {
 	}
 	checkClean(t, a)
 }
+
+// TestConsumeOnALogThatCannotWriteSpendsNothing: a consume on a replica
+// whose log refuses writes (held, or still being verified) is refused
+// before its marker is put: the step stays free for the next call.
+func TestConsumeOnALogThatCannotWriteSpendsNothing(t *testing.T) {
+	prefix := newPrefix()
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	ctx := context.Background()
+	bd := recordSteps(t, a, "pf_refused_log", 1)
+	a.log.Hold()
+	if _, err := a.Consume(ctx, consumeIn(&bd, "req-held")); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("consume on a held log: %v, want ErrUnavailable", err)
+	}
+	a.log.Release()
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-after")); err != nil || res.Status != wal.Consumed {
+		t.Fatalf("the next call: %v, %v; want the step consumed (nothing was spent before)", res.Status, err)
+	}
+}
