@@ -103,8 +103,16 @@ func (s *Store) decideOnce(ctx context.Context, a wal.Approval, rev int64, in *w
 		return a, false, fmt.Errorf("%w: the log's lead for an approval's frame: %w", ErrUnavailable, err)
 	}
 	key := s.p.approval(in.PreflightID, in.StepID)
-	req := &copyRequest{done: make(chan struct{})}
-	var value []byte
+	// taken is set before the log's commit, the only caller of the stage's
+	// lost after the transaction: a decision etcd took has its frame taken
+	// up, never its copy deleted.
+	taken := false
+	req, cw, err := s.stageCopies(lead, []wal.FrameInput{a.DecisionFrame(in)}, &taken)
+	if err != nil {
+		return a, false, err
+	}
+	decided = a.DecidedBy(in, req.frames[0].Seq)
+	value, _ := json.Marshal(&decided)
 	pending, _ := json.Marshal(&a)
 	req.taken = func(ctx context.Context) (bool, error) {
 		// The transaction may still be on its way: putting the approval
@@ -120,26 +128,6 @@ func (s *Store) decideOnce(ctx context.Context, a wal.Approval, rev int64, in *w
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		return len(kvs) == 1 && bytes.Equal(kvs[0].Value, value), nil
 	}
-	// taken is set before the log's commit, the only caller of the stage's
-	// lost after the transaction: a decision etcd took has its frame taken
-	// up, never its copy deleted.
-	taken := false
-	fs, stored, err := lead.Stage([]wal.FrameInput{a.DecisionFrame(in)}, func() {
-		if taken {
-			s.takeUpLost()
-		} else {
-			s.lose(req)
-		}
-	})
-	if err != nil {
-		lead.Release()
-		return a, false, err
-	}
-	decided = a.DecidedBy(in, fs[0].Seq)
-	value, _ = json.Marshal(&decided)
-	req.frames, req.stored = fs, stored
-	req.baseSeq, req.baseHash = lead.Head()
-	cw := s.encodeCopies([]*copyRequest{req})
 	var resp *clientv3.TxnResponse
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
 		// The approval keeps its lease: it goes with its binding.

@@ -311,25 +311,14 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	if !ok {
 		return attemptAnswer{}, false
 	}
-	req := &copyRequest{done: make(chan struct{})}
 	// answered is set before commitLone starts, the only caller of lost
 	// after it: a commit that fails once the consume was answered leaves
 	// its copies to be taken up, not deleted.
 	answered := false
-	fs, stored, err := lead.Stage(ins, func() {
-		if answered {
-			s.takeUpLost()
-		} else {
-			s.lose(req)
-		}
-	})
+	req, cw, err := s.stageCopies(lead, ins, &answered)
 	if err != nil {
-		lead.Release()
 		return attemptAnswer{err: err}, true
 	}
-	req.frames, req.stored = fs, stored
-	req.baseSeq, req.baseHash = lead.Head()
-	cw := s.encodeCopies([]*copyRequest{req})
 	var resp *etcdserverpb.TxnResponse
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
 		b := newTxnBuf(1, len(cw.keys))
@@ -360,6 +349,30 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	s.loneMu.Unlock()
 	go s.commitLone(lead, done)
 	return attemptAnswer{put: a}, true
+}
+
+// stageCopies fixes the frames ins append under lead, as the copy request
+// of the one transaction that also carries another write of the
+// replica's, and encodes their copies. When the log loses the frames (its
+// commit fails, or Lose), they are taken up from their copies once
+// *taken is set (etcd took that write), and deleted otherwise. On an
+// error the lead is let go.
+func (s *Store) stageCopies(lead *wal.Lead, ins []wal.FrameInput, taken *bool) (*copyRequest, *copyWrite, error) {
+	req := &copyRequest{done: make(chan struct{})}
+	fs, stored, err := lead.Stage(ins, func() {
+		if *taken {
+			s.takeUpLost()
+		} else {
+			s.lose(req)
+		}
+	})
+	if err != nil {
+		lead.Release()
+		return nil, nil, err
+	}
+	req.frames, req.stored = fs, stored
+	req.baseSeq, req.baseHash = lead.Head()
+	return req, s.encodeCopies([]*copyRequest{req}), nil
 }
 
 // commitLone commits the frames of a lone consume that was answered, as
