@@ -421,22 +421,10 @@ func (g *Gate) preflightAuditID(ctx context.Context, c *call) string {
 	if g.readCall(c) != nil {
 		return ""
 	}
-	id := c.headerID
-	if !c.idRead {
-		id = c.req.Headers[HeaderPreflightID]
-	}
-	if !idShape.MatchString(id) {
+	if g.presented(ctx, c, g.o.Now()); c.bound == nil {
 		return ""
 	}
-	e, err := g.lookup(ctx, id, g.o.Now())
-	if err != nil {
-		return ""
-	}
-	var b preflight.Binding
-	if e.binding(&b, nil) != nil {
-		return ""
-	}
-	return b.AuditID
+	return c.b.AuditID
 }
 
 // outputLimit is the outputContract.maxBytes of a preflight, cached: it

@@ -82,6 +82,18 @@ func TestExtProcMCPJudgesToolCallsOnly(t *testing.T) {
 	audit = allow(odd, "req-odd")
 	passes(e.exchange(t, mcpExchange(odd, "req-odd", audit, `[{"jsonrpc":"2.0","id":2,"balance":6,"result":{}}]`)))
 
+	// A message presenting a known preflight (in _meta) was decided under
+	// the preflight's audit id, not the batch's: its answer is judged and
+	// recorded there.
+	bd := e.record("ledger.debit", map[string]any{"balance": 10, "amount": 4})
+	withMeta := `[{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"ledger.debit","arguments":{"balance":10,"amount":4},` +
+		`"_meta":{"autonomy/preflight_id":"` + bd.PreflightID + `"}}}]`
+	audit = allow(withMeta, "req-meta")
+	passes(e.exchange(t, mcpExchange(withMeta, "req-meta", audit, `[{"jsonrpc":"2.0","id":8,"balance":6,"result":{}}]`)))
+	if got := e.outcomes(t, bd.AuditID); len(got) != 1 || got[0].Outcome != wal.OutcomeOK || got[0].PreflightID != bd.PreflightID {
+		t.Fatalf("outcomes under the preflight's audit id: %+v, want the call's, ok", got)
+	}
+
 	// The debit's answer does not show the balance dropping: refused.
 	audit = allow(batch, "req-bad")
 	bad := `[{"jsonrpc":"2.0","id":2,"balance":10,"result":{}},{"jsonrpc":"2.0","id":3,"result":{}}]`
