@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,6 +109,10 @@ type Member struct {
 	embedded *embed.Etcd
 	cmd      *exec.Cmd
 	exited   chan struct{}
+	// reserved holds the ports of a stopped member until it starts
+	// again: another test's listener or connection on this machine could
+	// otherwise be given them, and the member could not come back.
+	reserved []io.Closer
 }
 
 // Start starts a cluster and returns once every member answers a
@@ -211,7 +216,7 @@ func (c *Cluster) stopAll() {
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); m.Stop() }()
+		go func() { defer wg.Done(); m.Stop(); m.unreserve() }()
 	}
 	wg.Wait()
 }
@@ -274,6 +279,7 @@ func (m *Member) start() error {
 	if err := os.MkdirAll(m.Spec.Dir, 0o700); err != nil {
 		return err
 	}
+	m.unreserveLocked()
 	switch m.c.opts.Kind {
 	case InProcess:
 		e, err := startEmbedded(m.Spec, m.c.opts.Log)
@@ -400,29 +406,57 @@ func (m *Member) Kill() {
 func (m *Member) stop(sig syscall.Signal) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.runningLocked() {
+		return
+	}
 	if e := m.embedded; e != nil {
 		m.embedded = nil
 		if sig == syscall.SIGKILL {
 			e.Server.HardStop()
 		}
 		e.Close()
-		return
+	} else {
+		m.cmd.Process.Signal(sig)
+		select {
+		case <-m.exited:
+		case <-time.After(stopTimeout):
+			m.cmd.Process.Kill()
+			<-m.exited
+		}
 	}
-	if m.cmd == nil || m.exited == nil {
-		return
+	m.reserveLocked()
+}
+
+// reserveLocked holds the member's client and peer ports. A port that
+// cannot be held (taken in the instant since the member let it go) is
+// left: Start then fails and says so.
+func (m *Member) reserveLocked() {
+	for _, u := range []string{m.Spec.ClientURL, m.Spec.PeerURL} {
+		pu, err := url.Parse(u)
+		if err != nil {
+			continue
+		}
+		port, err := strconv.Atoi(pu.Port())
+		if err != nil {
+			continue
+		}
+		if r, err := reservePort(port); err == nil {
+			m.reserved = append(m.reserved, r)
+		}
 	}
-	select {
-	case <-m.exited:
-		return
-	default:
+}
+
+func (m *Member) unreserve() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unreserveLocked()
+}
+
+func (m *Member) unreserveLocked() {
+	for _, r := range m.reserved {
+		r.Close()
 	}
-	m.cmd.Process.Signal(sig)
-	select {
-	case <-m.exited:
-	case <-time.After(stopTimeout):
-		m.cmd.Process.Kill()
-		<-m.exited
-	}
+	m.reserved = nil
 }
 
 // RunMemberIfAsked runs an etcd member and exits when the process was
