@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/contractrefine/autonomy/internal/etcdstore"
 	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/preflight"
@@ -101,17 +103,43 @@ func TestWALCheckStore(t *testing.T) {
 		t.Fatalf("WAL lacking frames: problems %s, %d pending; want the marker without frames and the two copies pending (%+v)", got, rep.Pending, rep.Problems)
 	}
 
+	// The consume's answer lost here and its retry served by another
+	// replica, which logged the consumed frame: the marker is on record.
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	copies, err := cli.Get(ctx, etcdstore.DefaultPrefix+"f/"+b.AuditID+"/replica-a/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere string
+	for _, kv := range copies.Kvs {
+		if f, err := wal.DecodeFrame(kv.Value); err == nil && f.Kind == wal.KindConsumed {
+			elsewhere = strings.Replace(string(kv.Key), "/replica-a/", "/replica-b/", 1)
+			if _, err := cli.Put(ctx, elsewhere, string(kv.Value)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if elsewhere == "" {
+		t.Fatal("no copy of the consumed frame in etcd")
+	}
+	rep = check(dirB, 0)
+	if len(rep.Problems) != 0 || rep.Pending != 2 {
+		t.Fatalf("marker whose consume another replica logged: problems %+v, %d pending; want none and the two copies pending", rep.Problems, rep.Pending)
+	}
+	if _, err := cli.Delete(ctx, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+
 	rep = check(dirC, 1)
 	if got := strings.Join(problems(rep), ","); got != "binding_without_frame,copy_without_frame,copy_without_frame,copy_without_frame,marker_without_frame" || rep.Pending != 0 {
 		t.Fatalf("WAL lacking older frames: problems %s, %d pending; want every record without its frame (%+v)", got, rep.Pending, rep.Problems)
 	}
 
 	// A deleted binding.
-	cli, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	if _, err := cli.Delete(ctx, etcdstore.DefaultPrefix+"b/"+b.PreflightID); err != nil {
 		t.Fatal(err)
 	}

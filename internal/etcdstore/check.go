@@ -86,7 +86,8 @@ const checkMargin = time.Minute
 func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
 	c := &checkRun{rep: CheckReport{Replica: s.o.Replica, Prefix: s.o.Prefix, Problems: []CheckProblem{},
 		Since: now.Add(-s.o.RecordTTL + checkMargin).UTC()},
-		copies: map[uint64]*etcdCopy{}, bindings: map[string]*etcdBinding{}, markers: map[string][]*etcdMarker{}}
+		copies: map[uint64]*etcdCopy{}, bindings: map[string]*etcdBinding{}, markers: map[string][]*etcdMarker{},
+		consumedElsewhere: map[consumedCall]bool{}}
 	if err := s.readRecords(ctx, c); err != nil {
 		return c.rep, err
 	}
@@ -124,21 +125,36 @@ type checkRun struct {
 	copies   map[uint64]*etcdCopy     // by seq
 	bindings map[string]*etcdBinding  // by preflight id
 	markers  map[string][]*etcdMarker // by preflight id
+	// consumedElsewhere: the calls whose autonomy.preflight_consumed
+	// frame another replica logged (it served the retry of a consume
+	// whose answer was lost here), so this replica's marker of the call
+	// is on record.
+	consumedElsewhere map[consumedCall]bool
 }
 
-// readRecords reads the frame copies this replica wrote, the bindings and
-// the consumed markers, at one revision.
+// consumedCall names a consume: the preflight id and the request id.
+type consumedCall struct{ preflightID, requestID string }
+
+// readRecords reads the frame copies this replica wrote, the consumes
+// other replicas logged, the bindings and the consumed markers, at one
+// revision.
 func (s *Store) readRecords(ctx context.Context, c *checkRun) error {
 	framesPfx := string(s.p) + "f/"
 	err := s.scan(ctx, framesPfx, &c.rep.Revision, func(kv *mvccpb.KeyValue) error {
 		// P f/<audit_id>/<replica>/<seq>; ids carry no slash.
 		parts := strings.Split(strings.TrimPrefix(string(kv.Key), framesPfx), "/")
-		if len(parts) < 3 || strings.Join(parts[1:len(parts)-1], "/") != s.o.Replica {
+		if len(parts) < 3 {
 			return nil
 		}
 		f, err := wal.DecodeFrame(kv.Value)
 		if err != nil {
 			return fmt.Errorf("frame copy %s: %w", kv.Key, err)
+		}
+		if strings.Join(parts[1:len(parts)-1], "/") != s.o.Replica {
+			if f.Kind == wal.KindConsumed {
+				c.consumedElsewhere[consumedCall{attrString(&f, "preflight_id"), attrString(&f, "request_id")}] = true
+			}
+			return nil
 		}
 		c.copies[f.Seq] = &etcdCopy{key: string(kv.Key), f: f}
 		return nil
@@ -244,7 +260,7 @@ func (c *checkRun) unmatched(replica string) {
 				continue
 			}
 			c.rep.Markers++
-			if !m.seen {
+			if !m.seen && !c.consumedElsewhere[consumedCall{id, m.m.RequestID}] {
 				c.rep.Problems = append(c.rep.Problems, CheckProblem{Problem: ProblemMarkerWithoutFrame, Key: m.key, PreflightID: id})
 			}
 		}
