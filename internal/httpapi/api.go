@@ -113,6 +113,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
+	if id, step, ok := dotStepApproval(r); ok {
+		r.SetPathValue("preflight_id", id)
+		r.SetPathValue("step_id", step)
+		a.postApproval(w, r)
+		return
+	}
 	a.mux.ServeHTTP(w, r)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/contractrefine/autonomy/preflight"
@@ -118,6 +119,38 @@ func (a *API) routeApprovals() {
 		// /v1/approvals/{id} alone, or a path past the step: no endpoint.
 		a.fail(w, http.StatusNotFound, preflight.CodeNotFound, "", "No endpoint has this path.", false)
 	})
+}
+
+// IsDotStepApproval reports whether r decides the approval of a step whose
+// id is "." or "..": a path the API serves although cleaning it would make
+// it another path.
+func IsDotStepApproval(r *http.Request) bool {
+	_, _, ok := dotStepApproval(r)
+	return ok
+}
+
+// dotStepApproval reports whether r is POST /v1/approvals/{id}/{step} for
+// a step id "." or ".." (as is, or escaped), and returns both. A path
+// cleaner would make it another path, so the step could never be
+// decided; plan step ids are any non-empty string.
+func dotStepApproval(r *http.Request) (id, step string, ok bool) {
+	if r.Method != http.MethodPost {
+		return "", "", false
+	}
+	rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/v1/approvals/")
+	if !found {
+		return "", "", false
+	}
+	rawID, rawStep, found := strings.Cut(rest, "/")
+	if !found || strings.Contains(rawStep, "/") {
+		return "", "", false
+	}
+	id, err1 := url.PathUnescape(rawID)
+	step, err2 := url.PathUnescape(rawStep)
+	if err1 != nil || err2 != nil || id == "" || (step != "." && step != "..") {
+		return "", "", false
+	}
+	return id, step, true
 }
 
 // postApproval records one person's decision on one step.
