@@ -503,7 +503,8 @@ func TestApprovalsHTTPCheckAndGateway(t *testing.T) {
 }
 
 // TestApprovalsDotStepIDs: a step whose id is "." or ".." can be decided,
-// sent as is or escaped; a path cleaner would make it another path.
+// sent as is or escaped, though a path cleaner would make it another
+// path; so can one whose id holds a slash, escaped.
 func TestApprovalsDotStepIDs(t *testing.T) {
 	s := apServe(t, "enforce")
 	var args map[string]any
@@ -513,14 +514,15 @@ func TestApprovalsDotStepIDs(t *testing.T) {
 	}
 	body, _ := json.Marshal(map[string]any{
 		"intent":  map[string]any{"summary": "pay twice", "plan_hash": "plan-dots"},
-		"plan":    map[string]any{"steps": []any{step("."), step("..")}},
+		"plan":    map[string]any{"steps": []any{step("."), step(".."), step("a/b")}},
 		"context": map[string]any{"actor": map[string]any{"id": apActor, "session_id": "session:dots"}},
 	})
 	d := apPreflight(t, s, body)
-	if n := len(d.Eligibility.ApprovalsRequired); n != 2 {
-		t.Fatalf("%d approvals required, want 2", n)
+	if n := len(d.Eligibility.ApprovalsRequired); n != 3 {
+		t.Fatalf("%d approvals required, want 3", n)
 	}
-	for _, p := range []string{"/v1/approvals/" + d.PreflightID + "/..", "/v1/approvals/" + d.PreflightID + "/%2E"} {
+	for _, p := range []string{"/v1/approvals/" + d.PreflightID + "/..", "/v1/approvals/" + d.PreflightID + "/%2E",
+		"/v1/approvals/" + d.PreflightID + "/a%2Fb"} {
 		if status, code, raw := apDo(t, s, "POST", p, apAliceToken, `{"decision":"approve"}`); status != 200 {
 			t.Fatalf("POST %s: %d %s %s, want 200", p, status, code, raw)
 		}
@@ -528,7 +530,7 @@ func TestApprovalsDotStepIDs(t *testing.T) {
 			t.Fatalf("POST %s again: %d %s, want 409 approval-already-decided", p, status, code)
 		}
 	}
-	for _, id := range []string{"req-dot-1", "req-dot-2"} {
+	for _, id := range []string{"req-dot-1", "req-dot-2", "req-dot-3"} {
 		if v := apCheck(t, s, d, "pay.send", id); v.Code != 0 {
 			t.Fatalf("an approved dot step (%s) = %+v, want an allow", id, v)
 		}
