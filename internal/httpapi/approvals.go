@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -311,8 +312,10 @@ func approvalQueryOf(raw string) (approvalQuery, string) {
 			}
 			q.limit = n
 		case "cursor":
+			// A cursor names the last approval of a page: its preflight
+			// id, a NUL, its step id (wal.ApprovalKey).
 			b, err := base64.RawURLEncoding.DecodeString(v)
-			if err != nil || len(b) == 0 {
+			if i := bytes.IndexByte(b, 0); err != nil || i <= 0 || i == len(b)-1 {
 				return q, "cursor is not one this API gave."
 			}
 			q.after = string(b)
