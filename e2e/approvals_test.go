@@ -422,6 +422,28 @@ func TestApprovalsEnvelopePolicy(t *testing.T) {
 	}
 }
 
+// TestApprovalsEnvelopeActorMayNotApprove: the person the envelope names
+// as the actor (actor.idRef) may not approve the plan's steps, even when
+// the preflight's actor.id names someone else.
+func TestApprovalsEnvelopeActorMayNotApprove(t *testing.T) {
+	s := apServe(t, "enforce")
+	var body map[string]any
+	if err := json.Unmarshal(cbRefund{name: "ap-envelope-actor", amountUsd: 125}.body(t), &body); err != nil {
+		t.Fatal(err)
+	}
+	env := body["context"].(map[string]any)["request"].(map[string]any)
+	env["actor"] = map[string]any{"type": "user", "idRef": "user:rita"}
+	raw, _ := json.Marshal(body)
+	d := apPreflight(t, s, raw)
+	path := "/v1/approvals/" + d.PreflightID + "/s2"
+	if status, code, _ := apDo(t, s, "POST", path, apRefToken, `{"decision":"approve"}`); status != 409 || code != "approver-is-actor" {
+		t.Fatalf("the envelope's actor approves: %d %s, want 409 approver-is-actor", status, code)
+	}
+	if _, _, list := apDo(t, s, "GET", "/v1/approvals?state=pending", apRefToken, ""); bytes.Contains(list, []byte(d.PreflightID)) {
+		t.Fatalf("the envelope's actor is offered its own step: %s", list)
+	}
+}
+
 // TestApprovalsSurviveRestart: an approval given before a restart lets the
 // step run once after it.
 func TestApprovalsSurviveRestart(t *testing.T) {

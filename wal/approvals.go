@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/contractrefine/autonomy/preflight"
 )
 
 // KindApproval is the frame a person's decision on a step is recorded as,
@@ -45,11 +43,14 @@ const (
 // decision. It is written pending with the preflight and changed once,
 // by DecideApproval.
 type Approval struct {
-	PreflightID string    `json:"preflight_id"`
-	StepID      string    `json:"step_id"`
-	AuditID     string    `json:"audit_id"`
-	Tenant      string    `json:"tenant,omitempty"`
-	ActorID     string    `json:"actor_id"`
+	PreflightID string `json:"preflight_id"`
+	StepID      string `json:"step_id"`
+	AuditID     string `json:"audit_id"`
+	Tenant      string `json:"tenant,omitempty"`
+	ActorID     string `json:"actor_id"`
+	// ActorRef is the envelope's actor.idRef when it differs from
+	// ActorID: the person the plan acts for, who may not approve it either.
+	ActorRef    string    `json:"actor_ref,omitempty"`
 	ToolKind    string    `json:"tool_kind"`
 	ArgsDigest  string    `json:"args_digest"`
 	Authorities []string  `json:"authorities"`
@@ -110,9 +111,11 @@ func approvalKey(preflightID, stepID string) []byte {
 	return append(k, stepID...)
 }
 
-// putPendingApprovals writes a pending approval for every step of b that
-// waits for one, in the transaction that records the preflight.
-func (tx *Tx) putPendingApprovals(b *preflight.Binding, at time.Time) error {
+// putPendingApprovals writes a pending approval for every step of rec's
+// binding that waits for one, in the transaction that records the
+// preflight.
+func (tx *Tx) putPendingApprovals(rec *PreflightRecord) error {
+	b := &rec.Binding
 	if b.PreflightID == "" || !b.NeedsApproval() {
 		return nil
 	}
@@ -120,7 +123,7 @@ func (tx *Tx) putPendingApprovals(b *preflight.Binding, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range PendingApprovalsOf(b, at) {
+	for _, a := range PendingApprovalsOf(rec) {
 		v, err := json.Marshal(&a)
 		if err != nil {
 			return err
@@ -228,16 +231,17 @@ func (a Approval) DecidedBy(in *ApprovalInput, seq uint64) Approval {
 	return a
 }
 
-// PendingApprovalsOf are the pending approvals of b's steps that wait for
-// one, requested at at.
-func PendingApprovalsOf(b *preflight.Binding, at time.Time) []Approval {
+// PendingApprovalsOf are the pending approvals of the steps of rec's
+// binding that wait for one, requested at rec.Time.
+func PendingApprovalsOf(rec *PreflightRecord) []Approval {
+	b, at := &rec.Binding, rec.Time
 	var out []Approval
 	for _, s := range b.Steps {
 		if s.Approval == nil {
 			continue
 		}
 		out = append(out, Approval{PreflightID: b.PreflightID, StepID: s.ID, AuditID: b.AuditID, Tenant: b.Tenant,
-			ActorID: b.ActorID, ToolKind: s.Kind, ArgsDigest: s.ArgsDigest, Authorities: s.Approval.Authorities,
+			ActorID: b.ActorID, ActorRef: rec.ActorRef, ToolKind: s.Kind, ArgsDigest: s.ArgsDigest, Authorities: s.Approval.Authorities,
 			RequestedAt: at.UTC(), ExpiresAt: s.Approval.ExpiresAt.UTC(), State: ApprovalPending})
 	}
 	return out

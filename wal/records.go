@@ -44,6 +44,10 @@ type PreflightRecord struct {
 	// OutputMaxBytes is the envelope's outputContract.maxBytes, 0 when
 	// it set none: the gate applies it to the tool's response (docs/API.md).
 	OutputMaxBytes int64
+	// ActorRef is the envelope's actor.idRef when it names another actor
+	// than the binding's: the approvals of the preflight's steps refuse it
+	// as their approver as they refuse the actor.
+	ActorRef string
 }
 
 // IdempotencyRecord remembers which decision an idempotency key produced.
@@ -98,7 +102,7 @@ func (tx *Tx) recordPreflight(rec *PreflightRecord, attrs any) (Frame, error) {
 		if err := tx.btx.Bucket(bucketPreflights).Put([]byte(b.PreflightID), v); err != nil {
 			return Frame{}, err
 		}
-		if err := tx.putPendingApprovals(b, rec.Time); err != nil {
+		if err := tx.putPendingApprovals(rec); err != nil {
 			return Frame{}, err
 		}
 	}

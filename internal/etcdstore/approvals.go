@@ -34,7 +34,7 @@ func decodeApproval(key []byte, v []byte) (wal.Approval, error) {
 // pendingApprovalOps are the puts of a preflight's pending approvals.
 func (s *Store) pendingApprovalOps(rec *wal.PreflightRecord, l clientv3.OpOption) []clientv3.Op {
 	var ops []clientv3.Op
-	for _, a := range wal.PendingApprovalsOf(&rec.Binding, rec.Time) {
+	for _, a := range wal.PendingApprovalsOf(rec) {
 		v, _ := json.Marshal(&a)
 		ops = append(ops, clientv3.OpPut(s.p.approval(a.PreflightID, a.StepID), string(v), l))
 	}

@@ -45,7 +45,7 @@ func (ap *Approver) mayDecide(a *wal.Approval) bool {
 
 // isActor reports whether ap is the person whose step a is.
 func (ap *Approver) isActor(a *wal.Approval) bool {
-	return ap.Subject != "" && ap.Subject == a.ActorID
+	return ap.Subject != "" && (ap.Subject == a.ActorID || ap.Subject == a.ActorRef)
 }
 
 // Approvers tells who presents a request to the approvals API and to

@@ -342,8 +342,12 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if err != nil {
 		return wal.PreflightRecord{}, err
 	}
+	var actorRef string
 	if in.env != nil {
 		b.Tenant = in.env.TenantIDRef
+		if in.env.ActorIDRef != b.ActorID {
+			actorRef = in.env.ActorIDRef
+		}
 	}
 	// The explain page shows the intent; compaction finds a repair
 	// session's attempt count under session_key, the key it was counted
@@ -363,7 +367,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if err != nil {
 		at = now
 	}
-	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Submit: attrs, Idempotency: in.idem,
+	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Submit: attrs, Idempotency: in.idem, ActorRef: actorRef,
 		IdempotencyReplaces: in.stale}
 	if in.hasSession {
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt

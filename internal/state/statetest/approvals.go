@@ -44,7 +44,7 @@ func approvalRecordedPending(t *testing.T, open Opener) {
 	b := withApproval(newBinding("customer.read", "refund.create"), 1, until)
 	b.Tenant = "tenant:statetest"
 	at := time.Now().Round(0)
-	record(t, s, wal.PreflightRecord{Binding: b, Time: at})
+	record(t, s, wal.PreflightRecord{Binding: b, Time: at, ActorRef: "user:for-whom"})
 	got, err := s.Binding(context.Background(), b.PreflightID)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +59,10 @@ func approvalRecordedPending(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	want := wal.Approval{PreflightID: b.PreflightID, StepID: "s2", AuditID: b.AuditID, Tenant: b.Tenant,
-		ActorID: b.ActorID, ToolKind: "refund.create", ArgsDigest: b.Steps[1].ArgsDigest,
+		ActorID: b.ActorID, ActorRef: "user:for-whom", ToolKind: "refund.create", ArgsDigest: b.Steps[1].ArgsDigest,
 		Authorities: b.Steps[1].Approval.Authorities, State: wal.ApprovalPending}
 	if a.PreflightID != want.PreflightID || a.StepID != want.StepID || a.AuditID != want.AuditID ||
-		a.Tenant != want.Tenant || a.ActorID != want.ActorID || a.ToolKind != want.ToolKind ||
+		a.Tenant != want.Tenant || a.ActorID != want.ActorID || a.ActorRef != want.ActorRef || a.ToolKind != want.ToolKind ||
 		a.ArgsDigest != want.ArgsDigest || !slices.Equal(a.Authorities, want.Authorities) ||
 		a.State != want.State || a.Decided != nil || !a.ExpiresAt.Equal(until) || !a.RequestedAt.Equal(at) {
 		t.Fatalf("Approval = %+v\nwant %+v (expires %v, requested %v)", a, want, until, at)
