@@ -75,6 +75,10 @@ func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
+// MaxEtcdRecordTTL bounds store.etcd.record_ttl: ten years, well inside
+// the longest lease etcd grants (9,000,000,000 s).
+const MaxEtcdRecordTTL = 10 * 365 * 24 * time.Hour
+
 // Defaults of the store keys.
 const (
 	DefaultEtcdPrefix         = "/contractrefine/"
@@ -192,12 +196,27 @@ func (c *Config) validateStore(bad badKey) {
 	if s.Etcd.RequestTimeout <= 0 {
 		bad("store.etcd.request_timeout", "must be positive, got %s", s.Etcd.RequestTimeout)
 	}
-	if s.Etcd.RecordTTL < c.ContractRefine.BindingWindow || s.Etcd.RecordTTL < time.Second {
+	etcd := s.Backend == BackendEtcd || (s.Backend == "" && len(s.Etcd.Endpoints) > 0)
+	// record_ttl bounds what etcd keeps: a bbolt replica keeps its records
+	// in its WAL, so a binding window past the etcd default is no error there.
+	if etcd && (s.Etcd.RecordTTL < c.ContractRefine.BindingWindow || s.Etcd.RecordTTL < time.Second) {
 		bad("store.etcd.record_ttl", "must be at least contract_refine.binding_window (%s) and 1s, got %s",
 			c.ContractRefine.BindingWindow, s.Etcd.RecordTTL)
 	}
+	if s.Etcd.RecordTTL > MaxEtcdRecordTTL {
+		bad("store.etcd.record_ttl", "must be at most %s (etcd refuses longer leases), got %s", MaxEtcdRecordTTL, s.Etcd.RecordTTL)
+	}
 	if t := s.Etcd.TLS; (t.CertFile == "") != (t.KeyFile == "") {
 		bad("store.etcd.tls.cert_file", "store.etcd.tls.cert_file and store.etcd.tls.key_file go together")
+	}
+	if s.Etcd.TLS.Enabled() {
+		// The etcd client dials an http:// endpoint in plain text, the TLS
+		// files unused (a bare host:port or unix:// uses them).
+		for _, e := range s.Etcd.Endpoints {
+			if strings.HasPrefix(e, "http://") {
+				bad("store.etcd.endpoints", "store.etcd.tls is set, yet %q is http://, which the etcd client dials without TLS: use https://", e)
+			}
+		}
 	}
 	if c.ReplicaID != "" {
 		if err := CheckReplicaID(c.ReplicaID); err != nil {

@@ -71,7 +71,8 @@ type CheckReport struct {
 // OK reports whether nothing is amiss.
 func (r *CheckReport) OK() bool { return len(r.Problems) == 0 }
 
-// checkMargin keeps frames this close to the window's start out of it: a
+// checkMargin (at most half of record_ttl, so a short one still leaves a
+// window) keeps frames this close to the window's start out of it: a
 // record lives at least record_ttl after its frame's timestamp, but the
 // clock of the check and the replica's may differ by a little.
 const checkMargin = time.Minute
@@ -85,7 +86,7 @@ const checkMargin = time.Minute
 // while the other replicas serve.
 func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
 	c := &checkRun{rep: CheckReport{Replica: s.o.Replica, Prefix: s.o.Prefix, Problems: []CheckProblem{},
-		Since: now.Add(-s.o.RecordTTL + checkMargin).UTC()},
+		Since: now.Add(-s.o.RecordTTL + min(checkMargin, s.o.RecordTTL/2)).UTC()},
 		copies: map[uint64]*etcdCopy{}, bindings: map[string]*etcdBinding{}, markers: map[string][]*etcdMarker{},
 		consumedElsewhere: map[consumedCall]bool{}}
 	if err := s.readRecords(ctx, c); err != nil {

@@ -211,3 +211,30 @@ func crashAfterCopies(t *testing.T, auditIDs ...string) (prefix, crashed string,
 	}
 	return prefix, crashed, lost
 }
+
+// TestCheckShortRecordTTL: with a record_ttl under two minutes the check
+// still has a window: a frame just written whose copy is gone is found.
+func TestCheckShortRecordTTL(t *testing.T) {
+	ctx := context.Background()
+	log, err := wal.Open(t.TempDir(), &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Endpoints: cluster.Endpoints(), Prefix: newPrefix(), Replica: "replica-a", Log: log, RecordTTL: 20 * time.Second})
+	if err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
+	defer closeStore(s)
+	f, err := s.AppendDecision(ctx, decisionIn("au_short_ttl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.deleteKeys([]string{s.p.frame(f.AuditID, "replica-a", f.Seq)}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Check(ctx, time.Now())
+	if err != nil || rep.Frames != 1 || len(rep.Problems) != 1 || rep.Problems[0].Problem != ProblemFrameWithoutCopy {
+		t.Fatalf("check-store: %d frames in the window, problems %+v, %v; want the frame without its copy", rep.Frames, rep.Problems, err)
+	}
+}
