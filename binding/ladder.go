@@ -348,7 +348,24 @@ func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) D
 	// attempt out of the audit.
 	if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
-		return g.unavailable(d)
+		if d.Status == http.StatusServiceUnavailable && d.Reason == reasonVerifierMissing {
+			return d // the frame, if the log took it, says what the caller gets
+		}
+		return g.recordRefusal(ctx, c, d, now)
+	}
+	return d
+}
+
+// recordRefusal turns d, whose write failed, into the 503 refusal and
+// records that on its own, in case the log takes the write: a write can
+// fail after the log took its frame (on etcd, when only the frame's copy
+// failed), and the last decision frame of a request must be what its
+// caller got. When the log refuses this write too, the error already
+// logged is the cause: one line is enough.
+func (g *Gate) recordRefusal(ctx context.Context, c *call, d Decision, now time.Time) Decision {
+	d = g.unavailable(d)
+	if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
+		g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
 	}
 	return d
 }
@@ -368,14 +385,7 @@ func (g *Gate) consume(ctx context.Context, c *call, d Decision, now time.Time) 
 	}
 	if err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot consume preflight step; denying", "audit_id", d.AuditID, "err", err)
-		// The consume and its decision frame failed together; record the
-		// refusal on its own, in case the log takes that write. When it
-		// does not, the error just logged is the cause: one line is enough.
-		d = g.unavailable(d)
-		if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
-			g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
-		}
-		return d
+		return g.recordRefusal(ctx, c, d, now)
 	}
 	return final
 }

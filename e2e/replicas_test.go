@@ -202,6 +202,22 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	wantDeny(t, checkEcho(t, r.authz, d.PreflightID+"x", "req-unknown"), codes.PermissionDenied, 403, "contract: preflight_required")
 
 	c.Members[0].Stop()
+	// A call that needs no preflight is decided by the policy alone; its
+	// frame's copy to etcd fails, so the caller gets 503, and the last
+	// decision frame of the call must say so.
+	free, err := r.authz.Check(t.Context(), ToolCheck("tool.echo", map[string]any{"msg": "hi"}, "req-free", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDeny(t, free, codes.PermissionDenied, 503, "contract: verifier_unavailable")
+	var freeBody struct {
+		Error struct {
+			AuditID string `json:"audit_id"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(free.GetDeniedResponse().GetBody()), &freeBody); err != nil {
+		t.Fatal(err)
+	}
 	wantDeny(t, checkEcho(t, r.authz, d.PreflightID, "req-down"), codes.PermissionDenied, 503, "contract: verifier_unavailable")
 	status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight("session:etcd-down-2"))
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "verifier-unavailable") {
@@ -225,6 +241,18 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	wantAllow(t, checkEcho(t, r.authz, d.PreflightID, "req-back"), d.AuditID)
 	if n := len(r.LogLines("etcd available again")); n != 1 {
 		t.Fatalf("%d log lines for etcd's return, want 1", n)
+	}
+	frames := auditFrames(t, r.Server, freeBody.Error.AuditID)
+	if len(frames) == 0 {
+		t.Fatal("no decision frame of the call refused while etcd was down")
+	}
+	var lastStatus int
+	var lastReason string
+	last := frames[len(frames)-1]
+	last.Attr("status", &lastStatus)
+	last.Attr("reason", &lastReason)
+	if last.Kind != wal.KindDecision || lastStatus != 503 || lastReason != "contract: verifier_unavailable" {
+		t.Fatalf("the last decision frame of a call answered 503 says %s %d %q (%d frames)", last.Kind, lastStatus, lastReason, len(frames))
 	}
 }
 
