@@ -1,6 +1,7 @@
 package binding_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/preflight"
+	"github.com/contractrefine/autonomy/wal"
 )
 
 // mcpPost is POST /mcp with a JSON-RPC body, as an MCP client sends it
@@ -319,5 +321,48 @@ func TestMCPUnreadableCallNamesItsPreflight(t *testing.T) {
 	d := e.check(mcpPost(body, nil))
 	if d.Allowed || d.Reason != "gate: malformed_tool_call" || d.PreflightID != b.PreflightID || d.AuditID != b.AuditID {
 		t.Fatalf("%+v, want a malformed_tool_call deny naming %s under %s", d, b.PreflightID, b.AuditID)
+	}
+}
+
+// TestMCPBatchOutcomes: every tools/call of an allowed batch ran on the
+// server, so each gets its outcome frame, also those after the first one
+// whose answer breaks a postcondition; that one answers the batch.
+func TestMCPBatchOutcomes(t *testing.T) {
+	b := bundletest.Load(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow := true\n",
+		"data.yaml": `autonomy:
+  capabilities:
+    tool.echo:
+      zones: ["*"]
+      contract:
+        postconditions: ["result.result.content[0].text != 'bad'"]
+`}, nil)
+	e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) { o.Protocol, o.Path = binding.ProtocolMCP, "/mcp" })
+	echo := func(id string) string { return toolsCall(id, "tool.echo", `{}`, "") }
+	req := mcpPost(`[`+echo("1")+`,`+echo("2")+`,`+echo("3")+`]`, map[string]string{binding.HeaderRequestID: "rb"})
+	d := e.check(req)
+	if !d.Allowed {
+		t.Fatalf("batch: %+v, want it allowed", d)
+	}
+	answer := func(id, text string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":` + mustJSON(text) + `}]}}`
+	}
+	v := e.gate.Outcome(context.Background(), &binding.Exchange{Request: req, Decision: &d,
+		Response: binding.Response{Status: http.StatusOK, Body: []byte(`[` + answer("1", "ok") + `,` + answer("2", "bad") + `,` + answer("3", "ok") + `]`)}})
+	if v.Release || v.Status != http.StatusBadGateway {
+		t.Fatalf("verdict %+v, want the batch refused with 502", v)
+	}
+	frames, err := e.db.AuditFramesOf(context.Background(), d.AuditID, []string{wal.KindOutcome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range frames {
+		var rid, outcome string
+		f.Attr("request_id", &rid)
+		f.Attr("outcome", &outcome)
+		got = append(got, rid+"="+outcome)
+	}
+	if strings.Join(got, " ") != "rb/0=ok rb/1=violated rb/2=ok" {
+		t.Fatalf("outcome frames %v, want one per tools/call", got)
 	}
 }

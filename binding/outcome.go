@@ -233,7 +233,10 @@ func (g *Gate) outcomeBatch(ctx context.Context, x *Exchange, msgs []json.RawMes
 	for k := range twice {
 		delete(answers, k)
 	}
+	// Every call is judged and recorded (each ran on the server); the
+	// first refused verdict answers the batch.
 	out := Verdict{Release: true}
+	var refused *Verdict
 	for i, m := range msgs {
 		sub := *x
 		sub.Request = batchItem(x.Request, m, i)
@@ -252,12 +255,17 @@ func (g *Gate) outcomeBatch(ctx context.Context, x *Exchange, msgs []json.RawMes
 		switch {
 		case !v.Judged:
 		case !v.Release:
-			return v
+			if refused == nil {
+				refused = &v
+			}
 		case !out.Judged:
 			out = v
 		case out.Warning == "":
 			out.Warning = v.Warning
 		}
+	}
+	if refused != nil {
+		return *refused
 	}
 	return out
 }
