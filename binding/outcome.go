@@ -2,14 +2,17 @@ package binding
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +54,39 @@ type Response struct {
 	// over the limit, a broken stream, a timeout, a message out of order):
 	// it is judged unverified, never as passing.
 	Err error
+	// Encoding is the response's Content-Encoding ("" or identity: none).
+	// A gzip body is judged decoded; any other encoding cannot be judged
+	// and is unverified.
+	Encoding string
+}
+
+// decoded is r with its body as the tool produced it: a gzip body
+// inflated (up to limit bytes), any other encoding an Err.
+func (r Response) decoded(limit int64) Response {
+	enc := strings.ToLower(strings.TrimSpace(r.Encoding))
+	if r.Err != nil || enc == "" || enc == "identity" {
+		return r
+	}
+	r.Encoding = ""
+	if enc != "gzip" && enc != "x-gzip" {
+		r.Err = fmt.Errorf("content-encoding %q cannot be judged", enc)
+		return r
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(r.Body))
+	if err != nil {
+		r.Err = fmt.Errorf("gzip body: %w", err)
+		return r
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err == nil && int64(len(out)) > limit {
+		err = fmt.Errorf("over %d bytes once inflated", limit)
+	}
+	if err != nil {
+		r.Err = fmt.Errorf("gzip body: %w", err)
+		return r
+	}
+	r.Body = out
+	return r
 }
 
 // Exchange is one gated request and its response.
@@ -132,6 +168,15 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 		return Verdict{Release: true}
 	}
 	r := x.Request
+	if x.Response.Encoding != "" {
+		dx := *x
+		limit := g.o.MaxBodyBytes
+		if limit <= 0 {
+			limit = 1 << 20 // the gateway's default bound on what it buffers
+		}
+		dx.Response = x.Response.decoded(limit)
+		x = &dx
+	}
 	if msgs := g.batchOf(r); msgs != nil {
 		return g.outcomeBatch(ctx, x, msgs)
 	}

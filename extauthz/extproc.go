@@ -88,12 +88,14 @@ func (p *Processor) Register(g *grpc.Server) { extprocv3.RegisterExternalProcess
 
 // exchange is one stream's state.
 type exchange struct {
-	req     *binding.Request
-	body    []byte
-	status  int
-	resp    []byte
-	judged  bool
-	started bool
+	req    *binding.Request
+	body   []byte
+	status int
+	resp   []byte
+	// encoding is the response's content-encoding.
+	encoding string
+	judged   bool
+	started  bool
 	// responding is set by the response's headers.
 	responding bool
 }
@@ -194,7 +196,8 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 			RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		h := r.ResponseHeaders
-		x.status, x.responding = statusOf(h.GetHeaders()), true
+		x.status, x.encoding = statusOf(h.GetHeaders())
+		x.responding = true
 		if !h.GetEndOfStream() {
 			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 				ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -276,7 +279,7 @@ func (p *Processor) observe(ctx context.Context, x *exchange, m *extprocv3.Proce
 			x.req.Body = x.body
 		}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		x.status = statusOf(r.ResponseHeaders.GetHeaders())
+		x.status, x.encoding = statusOf(r.ResponseHeaders.GetHeaders())
 		if r.ResponseHeaders.GetEndOfStream() {
 			p.finish(ctx, x, nil)
 		}
@@ -301,7 +304,7 @@ func (p *Processor) finish(ctx context.Context, x *exchange, err error) binding.
 		}
 	}
 	v := p.judge.Outcome(ctx, &binding.Exchange{Request: req, ReportedBy: wal.ReporterEnvoy,
-		Response: binding.Response{Status: x.status, Body: x.resp, Err: err}})
+		Response: binding.Response{Status: x.status, Body: x.resp, Err: err, Encoding: x.encoding}})
 	if !v.Judged {
 		v.Release = true
 	}
@@ -342,15 +345,16 @@ func addHeaderMap(headers map[string]string, hm *corev3.HeaderMap) {
 	}
 }
 
-// statusOf is the :status of response headers, 0 when absent or bad.
-func statusOf(hm *corev3.HeaderMap) int {
+// statusOf is the :status of response headers (0 when absent or bad) and
+// their content-encoding.
+func statusOf(hm *corev3.HeaderMap) (int, string) {
 	h := map[string]string{}
 	addHeaderMap(h, hm)
 	n, err := strconv.Atoi(h[":status"])
 	if err != nil {
-		return 0
+		n = 0
 	}
-	return n
+	return n, h["content-encoding"]
 }
 
 // passing is the CommonResponse of a released response: the warning

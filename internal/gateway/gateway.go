@@ -226,7 +226,8 @@ func (g *Gateway) judgeResponse(resp *http.Response, x *binding.Exchange) {
 		limit = 1 << 20
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	x.Response = binding.Response{Status: resp.StatusCode, Body: body}
+	x.Response = binding.Response{Status: resp.StatusCode, Body: body,
+		Encoding: strings.Join(resp.Header.Values("Content-Encoding"), ",")}
 	switch {
 	case err != nil:
 		x.Response.Err = fmt.Errorf("read the response body: %w", err)
