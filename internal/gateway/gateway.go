@@ -119,12 +119,17 @@ func New(o Options) *Gateway {
 			if o.Logger != nil {
 				o.Logger.Error("gateway upstream failed", "err", err, "path", r.URL.Path)
 			}
+			auditID := ""
 			if x, ok := r.Context().Value(exchangeKey{}).(*binding.Exchange); ok {
-				// No response to judge: the call's outcome says so.
+				// No response to judge: the call's outcome says so, under
+				// the audit id the caller is told.
 				x.Response = binding.Response{Err: fmt.Errorf("upstream: %w", err)}
-				g.o.Judge.Outcome(context.WithoutCancel(r.Context()), x)
+				auditID = g.o.Judge.Outcome(context.WithoutCancel(r.Context()), x).AuditID
 			}
-			g.writeError(w, http.StatusBadGateway, preflight.CodeUpstreamUnavailable, preflight.ReasonGatewayUpstreamUnavailable)
+			if auditID != "" {
+				w.Header().Set(binding.HeaderAuditID, auditID)
+			}
+			g.writeErrorFor(w, http.StatusBadGateway, preflight.CodeUpstreamUnavailable, preflight.ReasonGatewayUpstreamUnavailable, auditID)
 		},
 	}
 	return g
@@ -345,10 +350,20 @@ func normalizePath(u *url.URL) error {
 }
 
 func (g *Gateway) writeError(w http.ResponseWriter, status int, code, reason string) {
+	g.writeErrorFor(w, status, code, reason, "")
+}
+
+// writeErrorFor is writeError naming the audit id of the call, when there
+// is one.
+func (g *Gateway) writeErrorFor(w http.ResponseWriter, status int, code, reason, auditID string) {
 	if g.o.OnError != nil {
 		g.o.OnError(code)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write([]byte(`{"error":{"code":"` + code + `","reason":"` + reason + `"}}`))
+	body := `{"error":{"code":"` + code + `","reason":"` + reason + `"`
+	if auditID != "" {
+		body += `,"audit_id":` + strconv.Quote(auditID)
+	}
+	w.Write([]byte(body + `}}`))
 }

@@ -379,3 +379,36 @@ func TestGatewayUpstreamTimeout(t *testing.T) {
 	}
 	codes.want(t, preflight.CodeUpstreamUnavailable)
 }
+
+// gatedGate allows every call as a gated one, and judgeStub records the
+// outcomes it is asked for under its audit id.
+type gatedGate struct{}
+
+func (gatedGate) Check(context.Context, *binding.Request) binding.Decision {
+	return binding.Decision{Allowed: true, Gated: true, Status: 200, AuditID: "au_gated", Mode: binding.ModeEnforce}
+}
+
+type judgeStub struct{ errs chan error }
+
+func (j judgeStub) Outcome(_ context.Context, x *binding.Exchange) binding.Verdict {
+	j.errs <- x.Response.Err
+	return binding.Verdict{Judged: true, AuditID: x.Decision.AuditID, Status: http.StatusBadGateway}
+}
+
+// TestGatewayUpstreamDownNamesTheAudit: when the upstream cannot be
+// reached the call's outcome is recorded as unverified, and the 502 names
+// its audit id, in the body and the header, so the caller can find it.
+func TestGatewayUpstreamDownNamesTheAudit(t *testing.T) {
+	j := judgeStub{errs: make(chan error, 1)}
+	gw := httptest.NewServer(New(Options{Gate: gatedGate{}, Judge: j, Upstream: &url.URL{Scheme: "http", Host: "127.0.0.1:1"},
+		MaxBodyBytes: 1 << 10}))
+	t.Cleanup(gw.Close)
+	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream-unavailable"`) ||
+		!strings.Contains(body, `"audit_id":"au_gated"`) || resp.Header.Get("X-Autonomy-Audit-Id") != "au_gated" {
+		t.Fatalf("upstream down: %d %v %s, want 502 upstream-unavailable naming au_gated", resp.StatusCode, resp.Header, body)
+	}
+	if err := <-j.errs; err == nil {
+		t.Fatal("the outcome was asked for without the upstream's error")
+	}
+}
