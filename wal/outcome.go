@@ -49,6 +49,27 @@ const (
 	OutcomeViolated = "violated"
 )
 
+// What an outcome did to the response (OutcomeAttrs.Effect).
+const (
+	EffectWarning  = "warning"  // only strict: false clauses failed: released with the warning header
+	EffectEnforced = "enforced" // violated, and the caller got the 502
+	EffectAdvisory = "advisory" // violated, recorded only
+)
+
+// Effect says what the outcome did to the response: EffectWarning,
+// EffectEnforced, EffectAdvisory, or "" when it passed untouched.
+func (a *OutcomeAttrs) Effect() string {
+	switch {
+	case a.Warning:
+		return EffectWarning
+	case a.Outcome == OutcomeViolated && a.Enforced:
+		return EffectEnforced
+	case a.Outcome == OutcomeViolated:
+		return EffectAdvisory
+	}
+	return ""
+}
+
 // Who reported an outcome: the proxy that saw the response, or the tool
 // runtime itself (POST /v1/outcome, weaker evidence).
 const (

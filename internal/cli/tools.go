@@ -211,12 +211,12 @@ func auditRow(f *wal.Frame) (outcome, reason, detail string) {
 		if a.StepID != "" {
 			detail = fmt.Sprintf("tool %s step %s status %d seen by %s", a.ToolKind, a.StepID, a.Status, a.ReportedBy)
 		}
-		switch {
-		case a.Warning:
+		switch a.Effect() {
+		case wal.EffectWarning:
 			detail += " (passed with a warning)"
-		case a.Outcome == wal.OutcomeViolated && a.Enforced:
+		case wal.EffectEnforced:
 			detail += " (response replaced by 502)"
-		case a.Outcome == wal.OutcomeViolated:
+		case wal.EffectAdvisory:
 			detail += " (advisory, not enforced)"
 		}
 		return a.Outcome, a.Reason, detail

@@ -1,8 +1,8 @@
 // Package explain serves the operator's explain page, /ui/audit/{audit_id}:
-// one audit id's preflight verdict and tool decisions, rendered on the
-// server with html/template from the WAL's audit join, so it can be read in
-// any browser (or curl) with no JavaScript, no build step and no assets
-// fetched from elsewhere.
+// one audit id's preflight verdict, tool decisions and tool outcomes,
+// rendered on the server with html/template from the WAL's audit join, so
+// it can be read in any browser (or curl) with no JavaScript, no build step
+// and no assets fetched from elsewhere.
 //
 // Advisory failures (a failed row that does not affect the verdict, such as
 // decision_chain_complete offline) carry their own class and a visible

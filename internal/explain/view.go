@@ -23,6 +23,20 @@ type Page struct {
 	Pending []PendingApproval
 	// Advisories counts the advisory failures, for the summary line.
 	Advisories int
+	// Outcomes counts the autonomy.outcome frames, for the summary line.
+	Outcomes int
+}
+
+// Decisions counts the timeline's events that are not an outcome row of
+// their own, for the summary line.
+func (p *Page) Decisions() int {
+	n := 0
+	for i := range p.Timeline {
+		if !p.Timeline[i].OutcomeOnly {
+			n++
+		}
+	}
+	return n
 }
 
 // PreflightView is the autonomy.preflight frame, decoded for reading.
@@ -95,11 +109,60 @@ type Event struct {
 	Path     string
 	// Approval is set for an autonomy.approval frame: a person's decision.
 	Approval *ApprovalEvent
-	// Outcome events (autonomy.outcome frames) also carry who saw the
-	// response and the clauses that failed on it.
-	IsOutcome  bool
+	// Outcomes are the autonomy.outcome frames of this call, joined by
+	// request id: what the tool answered and how its after-call clauses
+	// judged it (usually one; a runtime's own report and the proxy's make
+	// two).
+	Outcomes []OutcomeView
+	// OutcomeOnly marks an outcome frame whose request id matches no
+	// decision on the page: it is a row of its own (Outcomes holds it),
+	// never dropped.
+	OutcomeOnly bool
+}
+
+// OutcomeView is an autonomy.outcome frame, decoded for reading.
+type OutcomeView struct {
+	Seq  uint64
+	Time string
+	// Offset is the time since the preflight, "" without one.
+	Offset string
+	// Outcome is ok or violated; Reason says which ("outcome: ok",
+	// "clause: postcondition_violated", "outcome: output_contract_violated",
+	// "outcome: unverified", …).
+	Outcome string
+	Reason  string
+	// Enforced: the caller got the 502 instead of the tool's response.
+	// Warning: only strict: false postconditions failed, and the response
+	// was released with the warning header.
+	Enforced bool
+	Warning  bool
+	Mode     string
+	// Status is the tool's HTTP status; 0 when no response was seen.
+	Status         int
+	ResponseDigest string
+	ResponseBytes  int64
+	StepID         string
+	ToolKind       string
+	RequestID      string
+	// ReportedBy is envoy, gateway or runtime; Reporter names the token of
+	// a runtime's own report.
 	ReportedBy string
-	Failed     []FailedClause
+	Reporter   string
+	// Detail says why a response could not be judged.
+	Detail string
+	// Failed are the after-call clauses that did not hold.
+	Failed []FailedClause
+	// Effect is what became of the response (wal.OutcomeAttrs.Effect):
+	// warning, enforced, advisory, or "" (ok: nothing to enforce).
+	Effect string
+}
+
+// Class is the outcome's CSS class: its outcome and its effect.
+func (o OutcomeView) Class() string {
+	if e := o.Effect; e != "" {
+		return o.Outcome + " " + e
+	}
+	return o.Outcome
 }
 
 // FailedClause is one after-call clause that did not hold.
@@ -133,6 +196,9 @@ func (e Event) Class() string {
 	if e.Approval != nil {
 		return "approval " + e.Approval.Decision
 	}
+	if e.OutcomeOnly && len(e.Outcomes) > 0 {
+		return "outcome-only " + e.Outcomes[0].Class()
+	}
 	if e.Enforced {
 		return e.Outcome + " enforced"
 	}
@@ -143,6 +209,7 @@ func (e Event) Class() string {
 func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 	p := &Page{AuditID: auditID}
 	var decidedAt time.Time
+	var outcomes []OutcomeView
 	for i := range frames {
 		f := &frames[i]
 		switch f.Kind {
@@ -168,13 +235,24 @@ func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 				return nil, err
 			}
 			p.Timeline = append(p.Timeline, ev)
+		case wal.KindOutcome:
+			ov, err := outcomeView(f)
+			if err != nil {
+				return nil, err
+			}
+			outcomes = append(outcomes, ov)
 		}
 	}
 	sort.SliceStable(p.Timeline, func(i, j int) bool { return p.Timeline[i].Seq < p.Timeline[j].Seq })
+	sort.SliceStable(outcomes, func(i, j int) bool { return outcomes[i].Seq < outcomes[j].Seq })
+	p.Outcomes = len(outcomes)
+	p.joinOutcomes(outcomes)
 	if !decidedAt.IsZero() {
 		for i := range p.Timeline {
-			if at, err := time.Parse(time.RFC3339Nano, p.Timeline[i].Time); err == nil {
-				p.Timeline[i].Offset = "+" + at.Sub(decidedAt).Round(time.Millisecond).String()
+			e := &p.Timeline[i]
+			e.Offset = offset(decidedAt, e.Time)
+			for j := range e.Outcomes {
+				e.Outcomes[j].Offset = offset(decidedAt, e.Outcomes[j].Time)
 			}
 		}
 	}
@@ -186,6 +264,58 @@ func BuildPage(auditID string, frames []wal.Frame) (*Page, error) {
 		}
 	}
 	return p, nil
+}
+
+// joinOutcomes puts each outcome (in seq order) on the decision row of its
+// call: the latest decision with its request id that let the request
+// through (the rule the gate itself joins by, wal.DB.CallDecision), else
+// the latest with its request id. An outcome that matches no decision
+// (none recorded, or an empty request id) becomes a row of its own, in seq
+// order on the timeline.
+func (p *Page) joinOutcomes(outcomes []OutcomeView) {
+	var own []Event
+	for _, o := range outcomes {
+		at := -1
+		if o.RequestID != "" {
+			for i := range p.Timeline {
+				e := &p.Timeline[i]
+				if e.Approval != nil || e.OutcomeOnly || e.RequestID != o.RequestID {
+					continue
+				}
+				if at < 0 || p.letThrough(i) || !p.letThrough(at) {
+					at = i
+				}
+			}
+		}
+		if at >= 0 {
+			p.Timeline[at].Outcomes = append(p.Timeline[at].Outcomes, o)
+			continue
+		}
+		own = append(own, Event{Seq: o.Seq, Time: o.Time, ToolKind: o.ToolKind, StepID: o.StepID,
+			RequestID: o.RequestID, Outcomes: []OutcomeView{o}, OutcomeOnly: true})
+	}
+	if len(own) > 0 {
+		p.Timeline = append(p.Timeline, own...)
+		sort.SliceStable(p.Timeline, func(i, j int) bool { return p.Timeline[i].Seq < p.Timeline[j].Seq })
+	}
+}
+
+// letThrough reports whether the timeline's decision i let its request
+// through.
+func (p *Page) letThrough(i int) bool {
+	e := &p.Timeline[i]
+	d := wal.DecisionAttrs{RequestID: e.RequestID, Outcome: e.Outcome, Enforced: e.Enforced}
+	return d.LetThrough(e.RequestID)
+}
+
+// offset is the time since the preflight of a frame's timestamp, "" when
+// it does not parse.
+func offset(decidedAt time.Time, ts string) string {
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ""
+	}
+	return "+" + at.Sub(decidedAt).Round(time.Millisecond).String()
 }
 
 func preflightView(f *wal.Frame) (*PreflightView, error) {
@@ -273,6 +403,23 @@ func event(f *wal.Frame) (Event, error) {
 	return Event{Seq: f.Seq, Time: f.Timestamp, ToolKind: a.ToolKind, StepID: a.StepID, RequestID: a.RequestID,
 		Outcome: a.Outcome, Reason: a.Reason, Mode: a.Mode, Status: a.Status, Enforced: a.Enforced,
 		Advisory: a.AdvisoryReason, Method: a.Method, Path: a.Path}, nil
+}
+
+func outcomeView(f *wal.Frame) (OutcomeView, error) {
+	a, err := f.Outcome()
+	if err != nil {
+		return OutcomeView{}, fmt.Errorf("explain: %w", err)
+	}
+	ov := OutcomeView{Seq: f.Seq, Time: f.Timestamp, Outcome: a.Outcome, Reason: a.Reason, Enforced: a.Enforced,
+		Warning: a.Warning, Mode: a.Mode, Status: a.Status, ResponseDigest: a.ResponseDigest, ResponseBytes: a.ResponseBytes,
+		StepID: a.StepID, ToolKind: a.ToolKind, RequestID: a.RequestID, ReportedBy: a.ReportedBy, Reporter: a.Reporter,
+		Detail: a.Detail, Effect: a.Effect()}
+	for _, c := range a.Clauses {
+		if !c.Held {
+			ov.Failed = append(ov.Failed, FailedClause{Kind: c.Kind, Expression: c.Expression, Message: c.Message, Strict: c.Strict})
+		}
+	}
+	return ov, nil
 }
 
 func approvalEvent(f *wal.Frame) (Event, error) {
