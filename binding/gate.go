@@ -71,6 +71,14 @@ type Log interface {
 	Approval(ctx context.Context, preflightID, stepID string) (wal.Approval, error)
 }
 
+// RefusalLog is a Log that can append the frame of a 503 refusal without
+// waiting for what that answer does not depend on (the frame's copy to a
+// shared store, which may be what failed): the refusal is not held
+// another request timeout.
+type RefusalLog interface {
+	AppendRefusal(ctx context.Context, in wal.FrameInput) (wal.Frame, error)
+}
+
 var _ Log = (*wal.DB)(nil)
 
 // Observer is told what the gate did; metrics implement it. Methods must be

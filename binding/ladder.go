@@ -346,14 +346,25 @@ func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) D
 	// Every gated request's decision is recorded, also when its client
 	// has gone meanwhile: a caller that hangs up must not keep its
 	// attempt out of the audit.
-	if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
+	refusal := d.Status == http.StatusServiceUnavailable && d.Reason == reasonVerifierMissing
+	if _, err := g.appendDecision(ctx, g.frame(c, &d, now), refusal); err != nil {
 		g.o.Logger.ErrorContext(ctx, "cannot write decision frame; denying", "audit_id", d.AuditID, "err", err)
-		if d.Status == http.StatusServiceUnavailable && d.Reason == reasonVerifierMissing {
+		if refusal {
 			return d // the frame, if the log took it, says what the caller gets
 		}
 		return g.recordRefusal(ctx, c, d, now)
 	}
 	return d
+}
+
+// appendDecision appends a decision frame, also when the caller has gone
+// meanwhile; a refusal's through RefusalLog when the log is one.
+func (g *Gate) appendDecision(ctx context.Context, in wal.FrameInput, refusal bool) (wal.Frame, error) {
+	ctx = context.WithoutCancel(ctx)
+	if rl, ok := g.o.Log.(RefusalLog); ok && refusal {
+		return rl.AppendRefusal(ctx, in)
+	}
+	return g.o.Log.AppendDecision(ctx, in)
 }
 
 // recordRefusal turns d, whose write failed, into the 503 refusal and
@@ -364,7 +375,7 @@ func (g *Gate) record(ctx context.Context, c *call, d Decision, now time.Time) D
 // logged is the cause: one line is enough.
 func (g *Gate) recordRefusal(ctx context.Context, c *call, d Decision, now time.Time) Decision {
 	d = g.unavailable(d)
-	if _, err := g.o.Log.AppendDecision(context.WithoutCancel(ctx), g.frame(c, &d, now)); err != nil {
+	if _, err := g.appendDecision(ctx, g.frame(c, &d, now), true); err != nil {
 		g.o.Logger.DebugContext(ctx, "cannot write the refusal's decision frame either", "audit_id", d.AuditID, "err", err)
 	}
 	return d

@@ -69,6 +69,21 @@ func (s *Store) recopy(req *copyRequest) {
 // deleted (dropper); copies a crash left are settled when the store opens
 // (doc.go, "Frames").
 func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
+	frames, req, err := s.logSent(ctx, ins)
+	if err != nil || req == nil {
+		return frames, err
+	}
+	if err := s.copied(ctx, req); err != nil {
+		s.recopy(req) // the frames are in the log: their copies must follow
+		return frames, err
+	}
+	return frames, nil
+}
+
+// logSent appends ins to the replica's log, their copy sent as soon as
+// their seqs and hashes are final, and returns once the log has them,
+// with the copy's request (nil when nothing was appended).
+func (s *Store) logSent(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, *copyRequest, error) {
 	var req *copyRequest
 	frames, err := s.log.AppendStaged(ctx, ins, wal.Staging{
 		Sent: func(baseSeq uint64, baseHash string, fs []wal.Frame, stored [][]byte) {
@@ -81,20 +96,30 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 	})
 	switch {
 	case errors.Is(err, wal.ErrHeld):
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case err != nil:
 		if req != nil {
 			s.wakeDropper()
 		}
-		return nil, err
-	case req == nil: // nothing was appended
-		return frames, nil
+		return nil, nil, err
 	}
-	if err := s.copied(ctx, req); err != nil {
-		s.recopy(req) // the frames are in the log: their copies must follow
-		return frames, err
+	return frames, req, nil
+}
+
+// AppendRefusal appends the frame of a 503 refusal to the log and returns
+// once the log has it; its copy to etcd follows in the background (sent
+// again until etcd takes it), since the answer it records is a 503
+// whatever the copy does: waiting for a copy while etcd is away would hold
+// the refusal another request timeout.
+func (s *Store) AppendRefusal(ctx context.Context, in wal.FrameInput) (wal.Frame, error) {
+	frames, req, err := s.logSent(ctx, []wal.FrameInput{in})
+	if err != nil || len(frames) != 1 {
+		return wal.Frame{}, err
 	}
-	return frames, nil
+	if req != nil {
+		s.recopy(req)
+	}
+	return frames[0], nil
 }
 
 // startCopy queues frames, appended to the log at base, for a copy

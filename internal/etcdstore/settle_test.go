@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -236,5 +237,52 @@ func TestCheckShortRecordTTL(t *testing.T) {
 	rep, err := s.Check(ctx, time.Now())
 	if err != nil || rep.Frames != 1 || len(rep.Problems) != 1 || rep.Problems[0].Problem != ProblemFrameWithoutCopy {
 		t.Fatalf("check-store: %d frames in the window, problems %+v, %v; want the frame without its copy", rep.Frames, rep.Problems, err)
+	}
+}
+
+// TestRefusalNeedsNoCopy: with etcd away, a decision's frame reaches the
+// log but its write fails (its copy cannot be made), while a refusal's
+// frame is appended without waiting for its copy, which follows once
+// etcd is back.
+func TestRefusalNeedsNoCopy(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	log, err := wal.Open(t.TempDir(), &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Endpoints: c.Endpoints(), Replica: "replica-a", Log: log, RequestTimeout: 300 * time.Millisecond})
+	if err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
+	defer closeStore(s)
+	ctx := context.Background()
+	c.Members[0].Stop()
+	if _, err := s.AppendDecision(ctx, decisionIn("au_decided")); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("decision with etcd away: %v, want ErrUnavailable", err)
+	}
+	f, err := s.AppendRefusal(ctx, decisionIn("au_refused"))
+	if err != nil || f.Seq == 0 {
+		t.Fatalf("refusal with etcd away: %+v, %v; want its frame in the log", f, err)
+	}
+	if err := c.Members[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	key := s.p.frame(f.AuditID, "replica-a", f.Seq)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := cli.Get(ctx, key)
+		if err == nil && len(r.Kvs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refusal's copy is not in etcd 20s after it came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

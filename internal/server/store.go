@@ -24,6 +24,8 @@ type stateStore interface {
 var (
 	_ stateStore = (*wal.DB)(nil)
 	_ stateStore = (*etcdstore.Store)(nil)
+	// A refusal's frame does not wait for its copy to etcd.
+	_ binding.RefusalLog = (*etcdstore.Store)(nil)
 )
 
 // walReplica is the replica name frames carry: set with the etcd backend,
