@@ -364,7 +364,7 @@ func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchan
 		if err != nil {
 			return clauses, fmt.Errorf("read the output contract: %w", err)
 		}
-		if limit > 0 {
+		if limit != wal.NoOutputLimit {
 			clauses = append(clauses, outputContractClause(limit, attrs.ResponseBytes))
 		}
 	}

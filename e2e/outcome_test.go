@@ -191,21 +191,26 @@ func TestOutcomeOutputContract(t *testing.T) {
 	g := ocServe(t, "enforce")
 	now := time.Now().UTC().Truncate(time.Second)
 	args := map[string]any{"accountRef": "acct:1", "balanceUsd": 100, "amountUsd": 25}
-	env := cbEnvelope("oc-output", "user:example", now, args)
-	env["allowedTools"] = []any{"ledger.debit.v1"}
-	env["outputContract"].(map[string]any)["maxBytes"] = 16
-	req := map[string]any{
-		"intent": map[string]any{"summary": "Debit an account", "plan_hash": "plan-oc-output"},
-		"plan":   map[string]any{"steps": []any{map[string]any{"id": "s1", "kind": "ledger.debit.v1", "zone": "payments", "args": args}}},
-		"context": map[string]any{"actor": map[string]any{"id": "user:example", "session_id": "session:oc-output"},
-			"request": env},
-	}
-	body, _ := json.Marshal(req)
-	d := g.mustPass(t, body)
-	status, _, answer := g.call(t, "ledger.debit.v1", ocDebit, d.PreflightID)
-	if status != http.StatusBadGateway || !strings.Contains(string(answer), `"code":"output_contract_violated"`) ||
-		!strings.Contains(string(answer), `"reason":"outcome: output_contract_violated"`) {
-		t.Fatalf("want 502 output_contract_violated, got %d %s", status, answer)
+	var d cbDecision
+	// maxBytes 0 is a limit too: only an empty body.
+	for _, limit := range []int{0, 16} {
+		name := fmt.Sprintf("oc-output-%d", limit)
+		env := cbEnvelope(name, "user:example", now, args)
+		env["allowedTools"] = []any{"ledger.debit.v1"}
+		env["outputContract"].(map[string]any)["maxBytes"] = limit
+		req := map[string]any{
+			"intent": map[string]any{"summary": "Debit an account", "plan_hash": "plan-" + name},
+			"plan":   map[string]any{"steps": []any{map[string]any{"id": "s1", "kind": "ledger.debit.v1", "zone": "payments", "args": args}}},
+			"context": map[string]any{"actor": map[string]any{"id": "user:example", "session_id": "session:" + name},
+				"request": env},
+		}
+		body, _ := json.Marshal(req)
+		d = g.mustPass(t, body)
+		status, _, answer := g.call(t, "ledger.debit.v1", ocDebit, d.PreflightID)
+		if status != http.StatusBadGateway || !strings.Contains(string(answer), `"code":"output_contract_violated"`) ||
+			!strings.Contains(string(answer), `"reason":"outcome: output_contract_violated"`) {
+			t.Fatalf("maxBytes %d: want 502 output_contract_violated, got %d %s", limit, status, answer)
+		}
 	}
 	_, frames := g.join(t, d.AuditID, "?include=outcome")
 	if ocKinds(frames) != "autonomy.preflight autonomy.decision autonomy.outcome" {

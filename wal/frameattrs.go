@@ -63,8 +63,8 @@ type PreflightAttrs struct {
 	Outcome   preflight.Outcome     `json:"outcome"`
 	Steps     []preflight.BoundStep `json:"steps"`
 	// OutputMaxBytes is the envelope's outputContract.maxBytes, written
-	// only when it set one.
-	OutputMaxBytes int64  `json:"output_max_bytes,omitempty"`
+	// only when it set one (0 included).
+	OutputMaxBytes *int64 `json:"output_max_bytes,omitempty"`
 	PreflightID    string `json:"preflight_id"`
 	Tenant         string `json:"tenant,omitempty"`
 	*SubmitAttrs
@@ -137,9 +137,9 @@ func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
 	}
 	w.Name("outcome")
 	w.String(string(a.Outcome))
-	if a.OutputMaxBytes != 0 {
+	if a.OutputMaxBytes != nil {
 		w.Name("output_max_bytes")
-		w.Value(a.OutputMaxBytes)
+		w.Value(*a.OutputMaxBytes)
 	}
 	if s.PlanHash != "" {
 		w.Name("plan_hash")

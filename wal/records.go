@@ -41,9 +41,9 @@ type PreflightRecord struct {
 	// preflight by the commit, the write fails with ErrConflict and writes
 	// nothing.
 	IdempotencyReplaces string
-	// OutputMaxBytes is the envelope's outputContract.maxBytes, 0 when
+	// OutputMaxBytes is the envelope's outputContract.maxBytes, nil when
 	// it set none: the gate applies it to the tool's response (docs/API.md).
-	OutputMaxBytes int64
+	OutputMaxBytes *int64
 	// ActorRef is the envelope's actor.idRef when it names another actor
 	// than the binding's: the approvals of the preflight's steps refuse it
 	// as their approver as they refuse the actor.
@@ -87,7 +87,7 @@ func (rec *PreflightRecord) attrs() *PreflightAttrs {
 	// as it is: parsing it only to write the same bytes again was the
 	// costliest step of recording a preflight (docs/PERFORMANCE.md).
 	return &PreflightAttrs{ActorID: b.ActorID, Decision: rec.Decision, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
-		Steps: b.Steps, OutputMaxBytes: max(rec.OutputMaxBytes, 0), PreflightID: b.PreflightID, Tenant: b.Tenant,
+		Steps: b.Steps, OutputMaxBytes: recordedLimit(rec.OutputMaxBytes), PreflightID: b.PreflightID, Tenant: b.Tenant,
 		SubmitAttrs: rec.Submit}
 }
 
@@ -287,17 +287,39 @@ func (db *DB) Decision(ctx context.Context, preflightID string) ([]byte, error) 
 	return d, err
 }
 
+// NoOutputLimit is what OutputMaxBytes returns for a preflight whose
+// envelope set no outputContract.maxBytes.
+const NoOutputLimit = -1
+
+// OutputLimit is a recorded outputContract.maxBytes as a limit:
+// NoOutputLimit when none was set.
+func OutputLimit(recorded *int64) int64 {
+	if recorded == nil || *recorded < 0 {
+		return NoOutputLimit
+	}
+	return *recorded
+}
+
+// recordedLimit is the limit a record stores: nil for none (a negative
+// limit, which validation refuses, is none too).
+func recordedLimit(n *int64) *int64 {
+	if OutputLimit(n) == NoOutputLimit {
+		return nil
+	}
+	return n
+}
+
 // OutputMaxBytes returns the outputContract.maxBytes a preflight's
-// envelope set, 0 when it set none.
+// envelope set, NoOutputLimit when it set none.
 func (db *DB) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
-	var n int64
+	n := int64(NoOutputLimit)
 	err := db.View(func(tx *Tx) error {
 		seq, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(preflightID)))
 		if !ok {
 			return ErrNotFound
 		}
 		a, _, err := tx.preflightFrame(seq)
-		n = a.OutputMaxBytes
+		n = OutputLimit(a.OutputMaxBytes)
 		return err
 	})
 	return n, err

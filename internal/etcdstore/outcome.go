@@ -52,7 +52,7 @@ func (s *Store) CallDecision(ctx context.Context, auditID, requestID string) (wa
 }
 
 // OutputMaxBytes returns the outputContract.maxBytes recorded with a
-// preflight's binding, 0 when it declared none.
+// preflight's binding, wal.NoOutputLimit when it declared none.
 func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
 	r, err := s.recentOf(ctx, preflightID)
 	return r.outputMaxBytes, err

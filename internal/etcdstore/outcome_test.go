@@ -32,7 +32,7 @@ func TestOutcomeAcrossReplicaStores(t *testing.T) {
 		ActorID: "user:a", ExpiresAt: now.Add(time.Hour),
 		Steps: []preflight.BoundStep{{ID: "s1", Kind: "ledger.debit.v1", ArgsDigest: "sha256:x"}}}
 	if _, err := a.RecordPreflight(ctx, wal.PreflightRecord{Binding: bind, Decision: []byte(`{}`), Time: now,
-		OutputMaxBytes: 512}); err != nil {
+		OutputMaxBytes: new(int64(512))}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := b.OutputMaxBytes(ctx, "pf_outcome"); err != nil || n != 512 {

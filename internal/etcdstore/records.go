@@ -26,7 +26,7 @@ type bindingRecord struct {
 	Replica   string                `json:"replica"`
 	// OutputMaxBytes is the envelope's outputContract.maxBytes, for the
 	// replica that judges the tool's response.
-	OutputMaxBytes int64 `json:"output_max_bytes,omitempty"`
+	OutputMaxBytes *int64 `json:"output_max_bytes,omitempty"`
 }
 
 // sessionRecord is P s/<key>.
@@ -39,7 +39,7 @@ func encodeBinding(rec *wal.PreflightRecord, replica string) []byte {
 	b, decision := &rec.Binding, rec.Decision
 	meta, _ := json.Marshal(bindingRecord{AuditID: b.AuditID, Outcome: b.Outcome, ActorID: b.ActorID,
 		Tenant: b.Tenant, ExpiresAt: b.ExpiresAt.UTC(), Steps: b.Steps, Replica: replica,
-		OutputMaxBytes: max(rec.OutputMaxBytes, 0)})
+		OutputMaxBytes: rec.OutputMaxBytes})
 	// encoding/json never writes a raw newline, so the first one ends it.
 	out := make([]byte, 0, len(meta)+1+len(decision))
 	out = append(out, meta...)
@@ -174,7 +174,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 			return wal.Frame{}, err
 		}
 		if ok {
-			s.remember(b, max(rec.OutputMaxBytes, 0))
+			s.remember(b, wal.OutputLimit(rec.OutputMaxBytes))
 			return frame, nil
 		}
 		// A guard moved between the read and the write: read again; an
@@ -374,8 +374,9 @@ func (s *Store) recentOf(ctx context.Context, id string) (recentBinding, error) 
 	if err != nil {
 		return recentBinding{}, err
 	}
-	s.remember(&b, rec.OutputMaxBytes)
-	return recentBinding{b: b, outputMaxBytes: rec.OutputMaxBytes}, nil
+	limit := wal.OutputLimit(rec.OutputMaxBytes)
+	s.remember(&b, limit)
+	return recentBinding{b: b, outputMaxBytes: limit}, nil
 }
 
 // ChainStatus reports whether a preflight was recorded under auditID and

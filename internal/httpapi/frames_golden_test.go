@@ -73,7 +73,7 @@ func TestFrameAttrsGolden(t *testing.T) {
 						Approval: &preflight.StepApproval{Authorities: []string{"finance", "ops"}, ExpiresAt: at.Add(2 * time.Minute)}},
 				}}
 			if _, err := f.db.RecordPreflight(context.Background(), wal.PreflightRecord{Binding: pf,
-				Decision: []byte(`{"outcome":"pass"}`), Time: at, OutputMaxBytes: 4096}); err != nil {
+				Decision: []byte(`{"outcome":"pass"}`), Time: at, OutputMaxBytes: new(int64(4096))}); err != nil {
 				t.Fatal(err)
 			}
 			for _, in := range []wal.ApprovalInput{

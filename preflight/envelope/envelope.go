@@ -32,8 +32,9 @@ type Envelope struct {
 	Budget       Budget
 	Approval     ApprovalPolicy
 	// OutputMaxBytes is outputContract.maxBytes: the largest tool response
-	// body the caller accepts (docs/API.md); 0 when it is absent.
-	OutputMaxBytes int
+	// body the caller accepts (docs/API.md); nil when it is absent (0 is a
+	// limit: only an empty body).
+	OutputMaxBytes *int64
 }
 
 // ApprovalPolicy is the envelope's approvalPolicy. With Mode "always", a

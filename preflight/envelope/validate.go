@@ -220,8 +220,17 @@ func build(obj map[string]any, input json.RawMessage, ts, deadline time.Time) *E
 			TimeoutSeconds: intOf(approval["timeoutSeconds"]),
 			AuthorityRefs:  stringsOf(approval["authorityRefs"]),
 		},
-		OutputMaxBytes: intOf(output["maxBytes"]),
+		OutputMaxBytes: limitOf(output["maxBytes"]),
 	}
+}
+
+// limitOf is a byte limit the envelope states, nil when absent.
+func limitOf(v any) *int64 {
+	if v == nil {
+		return nil
+	}
+	n := int64(intOf(v))
+	return &n
 }
 
 func stringAt(obj map[string]any, name string) string {

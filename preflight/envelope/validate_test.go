@@ -83,7 +83,7 @@ func TestValidateSeedExamples(t *testing.T) {
 				ToolPolicy:      ToolPolicy{DefaultDecision: "deny", MaxCalls: 4, AllowSideEffects: false},
 				Budget:          Budget{MaxToolCalls: 4},
 				Approval:        ApprovalPolicy{Mode: "policy-driven", RequiredFor: []string{}, TimeoutSeconds: 300, AuthorityRefs: []string{}},
-				OutputMaxBytes:  64000,
+				OutputMaxBytes:  new(int64(64000)),
 			},
 		},
 		"high-risk": {
@@ -104,7 +104,7 @@ func TestValidateSeedExamples(t *testing.T) {
 				Budget:          Budget{MaxToolCalls: 4},
 				Approval: ApprovalPolicy{Mode: ApprovalModeAlways, RequiredFor: []string{"financial-high-impact"},
 					TimeoutSeconds: 900, AuthorityRefs: []string{"role:refund-approver"}},
-				OutputMaxBytes: 64000,
+				OutputMaxBytes: new(int64(64000)),
 			},
 		},
 	}

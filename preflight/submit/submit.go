@@ -374,7 +374,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	}
 	if in.env != nil {
 		// The gate holds the tool's response to it (docs/API.md).
-		rec.OutputMaxBytes = int64(in.env.OutputMaxBytes)
+		rec.OutputMaxBytes = in.env.OutputMaxBytes
 	}
 	return rec, nil
 }
