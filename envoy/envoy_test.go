@@ -548,7 +548,9 @@ func checkRoutes(t *testing.T, c envoyConfig, gated, upstream string) {
 	if authzDisabled(t, tool) {
 		t.Errorf("ext_authz is disabled on %s: tool calls would not be checked", gated)
 	}
-	for _, prefix := range []string{"/v1/preflight", "/v1/audit/"} {
+	// The API, approvals included (an approver's token must never reach the
+	// tool runtime), goes to the service without ext_authz.
+	for _, prefix := range []string{"/v1/preflight", "/v1/audit/", "/v1/approvals"} {
 		r := c.routeTo(prefix)
 		if r == nil || r.GetMatch().GetPrefix() != prefix {
 			t.Errorf("no prefix route %s", prefix)

@@ -30,6 +30,7 @@ import (
 const (
 	PreflightPath = "/v1/preflight"
 	AuditPrefix   = "/v1/audit/"
+	ApprovalsPath = "/v1/approvals"
 )
 
 var (
@@ -129,6 +130,8 @@ func New(o Options) *Gateway {
 			if auditID != "" {
 				w.Header().Set(binding.HeaderAuditID, auditID)
 			}
+			// The client learns the request id, as on every answer.
+			w.Header().Set(binding.HeaderRequestID, r.Header.Get(binding.HeaderRequestID))
 			g.writeErrorFor(w, http.StatusBadGateway, preflight.CodeUpstreamUnavailable, preflight.ReasonGatewayUpstreamUnavailable, auditID)
 		},
 	}
@@ -323,7 +326,8 @@ func keepHeaders(h http.Header, names ...string) {
 
 // isAPIPath reports whether p belongs to the service's own API.
 func isAPIPath(p string) bool {
-	return p == PreflightPath || strings.HasPrefix(p, PreflightPath+"/") || strings.HasPrefix(p, AuditPrefix)
+	return p == PreflightPath || strings.HasPrefix(p, PreflightPath+"/") || strings.HasPrefix(p, AuditPrefix) ||
+		p == ApprovalsPath || strings.HasPrefix(p, ApprovalsPath+"/")
 }
 
 // normalizePath cleans the path the way Envoy's normalize_path and

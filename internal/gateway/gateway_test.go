@@ -105,6 +105,9 @@ func TestGatewayRoutes(t *testing.T) {
 		"audit":                      {method: "GET", path: "/v1/audit/au_x", apiPath: "/v1/audit/au_x", status: 200},
 		"audit via dot segments":     {method: "GET", path: "/v1/tool/../audit/au_x", apiPath: "/v1/audit/au_x", status: 200},
 		"preflight prefix, not API":  {method: "POST", path: "/v1/preflights", gated: true, upstreamPath: "/v1/preflights", status: 200},
+		"approvals list":             {method: "GET", path: "/v1/approvals", apiPath: "/v1/approvals", status: 200},
+		"approval decision":          {method: "POST", path: "/v1/approvals/pf_x/s1", apiPath: "/v1/approvals/pf_x/s1", status: 200},
+		"approvals prefix, not API":  {method: "POST", path: "/v1/approvalsx", gated: true, upstreamPath: "/v1/approvalsx", status: 200},
 		"escaped slash refused":      {method: "POST", path: "/v1%2ftool", status: 400},
 		"escaped backslash refused":  {method: "POST", path: "/v1%5ctool", status: 400},
 		"upper-case escapes refused": {method: "POST", path: "/v1%5Ctool", status: 400},
@@ -405,7 +408,8 @@ func TestGatewayUpstreamDownNamesTheAudit(t *testing.T) {
 	t.Cleanup(gw.Close)
 	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream-unavailable"`) ||
-		!strings.Contains(body, `"audit_id":"au_gated"`) || resp.Header.Get("X-Autonomy-Audit-Id") != "au_gated" {
+		!strings.Contains(body, `"audit_id":"au_gated"`) || resp.Header.Get("X-Autonomy-Audit-Id") != "au_gated" ||
+		resp.Header.Get("X-Request-Id") == "" {
 		t.Fatalf("upstream down: %d %v %s, want 502 upstream-unavailable naming au_gated", resp.StatusCode, resp.Header, body)
 	}
 	if err := <-j.errs; err == nil {
