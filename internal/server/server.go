@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -478,13 +479,19 @@ func (s *Server) Gate() *binding.Gate { return s.gate }
 func (s *Server) WAL() *wal.DB { return s.db }
 
 // Listen opens a listener for addr: "unix:/path" or "unix:///path" is a Unix
-// socket (a stale socket file is replaced), anything else TCP.
+// socket (a stale socket file is replaced; one a live server listens on
+// is in use, as a TCP port would be), anything else TCP.
 func Listen(addr string) (net.Listener, error) {
 	if path, ok := config.SocketPath(addr); ok {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, err
 		}
 		if st, err := os.Stat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+			if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+				c.Close()
+				return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"},
+					Err: fmt.Errorf("%w: a server listens on this socket", syscall.EADDRINUSE)}
+			}
 			os.Remove(path)
 		}
 		return net.Listen("unix", path)
