@@ -107,6 +107,10 @@ type Options struct {
 	// "replica": the name of the replica that wrote it, so frames gathered
 	// from several replicas' logs say where each came from.
 	Replica string
+	// ReadOnly opens an existing log for reading only (the CLI's verify,
+	// export and audit): it needs read access to the file alone, creates
+	// nothing, and every write fails. A server's lock still keeps it out.
+	ReadOnly bool
 
 	// tune, when set, changes bbolt's options before the file opens: the
 	// tests that weigh one setting against another use it.
@@ -214,11 +218,13 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if o.OpenTimeout <= 0 {
 		o.OpenTimeout = time.Second
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("open wal %s: %w", dir, err)
+	if !o.ReadOnly {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("open wal %s: %w", dir, err)
+		}
 	}
 	path := filepath.Join(dir, FileName)
-	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType}
+	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
 	if o.tune != nil {
 		o.tune(bo)
 	}
@@ -233,23 +239,41 @@ func Open(dir string, opts *Options) (*DB, error) {
 		slots: make(chan struct{}, maxWaiting), kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{}), pages: newPages()}
 	db.idle.L = &db.wmu
-	err = db.update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		if err := checkVersion(tx.Bucket(bucketMeta)); err != nil {
-			return err
-		}
-		if v := tx.Bucket(bucketMeta).Get(keyHead); v != nil {
+	readHead := func(meta *bolt.Bucket) error {
+		if v := meta.Get(keyHead); v != nil {
 			return json.Unmarshal(v, &db.head)
 		}
-		if v := tx.Bucket(bucketMeta).Get(keyBase); v != nil {
+		if v := meta.Get(keyBase); v != nil {
 			return json.Unmarshal(v, &db.head)
 		}
 		return nil
-	})
+	}
+	if o.ReadOnly {
+		err = db.view(func(tx *Tx) error {
+			meta := tx.btx.Bucket(bucketMeta)
+			for _, name := range allBuckets {
+				if tx.btx.Bucket(name) == nil {
+					return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
+				}
+			}
+			if err := checkVersion(meta); err != nil {
+				return err
+			}
+			return readHead(meta)
+		})
+	} else {
+		err = db.update(func(tx *bolt.Tx) error {
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			if err := checkVersion(tx.Bucket(bucketMeta)); err != nil {
+				return err
+			}
+			return readHead(tx.Bucket(bucketMeta))
+		})
+	}
 	if err != nil {
 		if !db.poisoned.Load() {
 			bdb.Close()
@@ -257,7 +281,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
 	db.ino, _ = statID(path)
-	if !o.NoSync {
+	if !o.NoSync && !o.ReadOnly {
 		db.ahead = openAhead(path)
 	}
 	go db.loop()

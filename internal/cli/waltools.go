@@ -25,12 +25,18 @@ func init() {
 // walKinds are the frame kinds --kind accepts, also without "autonomy.".
 var walKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed}
 
-// openWAL opens the log of --data-dir (or the config file's data_dir). The
+// openWAL opens the log of --data-dir (or the config file's data_dir) for
+// reading only, so a copy or a backup the user may only read will do. The
 // server holds the file lock while it runs, so these tools work on a
 // stopped server's data directory (the server compacts by itself). A
 // directory without a log is an error: opening would create an empty one,
 // which a mistyped path would then "verify".
 func openWAL(cmd *cobra.Command, file, dataDir string) (*wal.DB, error) {
+	return openWALFor(cmd, file, dataDir, true)
+}
+
+// openWALFor is openWAL, for writing too when readOnly is false (compact).
+func openWALFor(cmd *cobra.Command, file, dataDir string, readOnly bool) (*wal.DB, error) {
 	dir, err := walDir(cmd, file, dataDir)
 	if err != nil {
 		return nil, err
@@ -38,7 +44,7 @@ func openWAL(cmd *cobra.Command, file, dataDir string) (*wal.DB, error) {
 	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
 		return nil, fmt.Errorf("no write-ahead log in %s: %w", dir, err)
 	}
-	return wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second})
+	return wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second, ReadOnly: readOnly})
 }
 
 func newWALCompact(stdout io.Writer, file, dataDir *string) *cobra.Command {
@@ -63,7 +69,7 @@ stay denied. The hash chain stays verifiable: run "autonomy wal verify" after.`,
 			if retention <= 0 {
 				return fmt.Errorf("--retention must be positive, got %s", retention)
 			}
-			db, err := openWAL(cmd, *file, *dataDir)
+			db, err := openWALFor(cmd, *file, *dataDir, false)
 			if err != nil {
 				return err
 			}
