@@ -177,7 +177,7 @@ func (c *Config) validateStore(bad badKey) {
 		bad("store.backend", "%q is not one of bbolt, etcd", s.Backend)
 	}
 	if s.Backend == BackendEtcd && len(s.Etcd.Endpoints) == 0 {
-		bad("store.etcd.endpoints", "store.backend etcd needs endpoints (or --etcd-endpoints)")
+		bad("store.backend", "etcd needs store.etcd.endpoints (or --etcd-endpoints)")
 	}
 	if s.Backend == BackendBBolt && len(s.Etcd.Endpoints) > 0 {
 		bad("store.backend", "bbolt, yet store.etcd.endpoints are set: name one backend")

@@ -36,7 +36,7 @@ store:
 `, wantBackend: BackendEtcd},
 		"explicit bbolt":         {yaml: "store: {backend: bbolt}", wantBackend: BackendBBolt},
 		"unknown backend":        {yaml: "store: {backend: redis}", wantErr: `line 1: store.backend: "redis" is not one of bbolt, etcd`},
-		"etcd without endpoints": {yaml: "store: {backend: etcd}", wantErr: "store.etcd.endpoints: store.backend etcd needs endpoints"},
+		"etcd without endpoints": {yaml: "store: {backend: etcd}", wantErr: "line 1: store.backend: etcd needs store.etcd.endpoints"},
 		"bbolt with endpoints":   {yaml: "store: {backend: bbolt, etcd: {endpoints: [\"a:1\"]}}", wantErr: "store.backend: bbolt, yet"},
 		"bad endpoint scheme":    {yaml: "store: {etcd: {endpoints: [\"ftp://a:1\"]}}", wantErr: "store.etcd.endpoints: \"ftp://a:1\": the scheme"},
 		"endpoint without port":  {yaml: "store: {etcd: {endpoints: [\"http://a\"]}}", wantErr: "is not http(s)://host:port"},
