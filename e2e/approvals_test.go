@@ -535,16 +535,22 @@ func TestApprovalsDotStepIDs(t *testing.T) {
 		return map[string]any{"id": id, "kind": "pay.send", "zone": "default", "args": args}
 	}
 	body, _ := json.Marshal(map[string]any{
-		"intent":  map[string]any{"summary": "pay twice", "plan_hash": "plan-dots"},
-		"plan":    map[string]any{"steps": []any{step("."), step(".."), step("a/b")}},
+		"intent": map[string]any{"summary": "pay twice", "plan_hash": "plan-dots"},
+		"plan": map[string]any{"steps": []any{step("."), step(".."), step("a/b"), step("a/.."), step("./x"),
+			step("/"), step("a//b")}},
 		"context": map[string]any{"actor": map[string]any{"id": apActor, "session_id": "session:dots"}},
 	})
 	d := apPreflight(t, s, body)
-	if n := len(d.Eligibility.ApprovalsRequired); n != 3 {
-		t.Fatalf("%d approvals required, want 3", n)
+	if n := len(d.Eligibility.ApprovalsRequired); n != 7 {
+		t.Fatalf("%d approvals required, want 7", n)
+	}
+	if status, code, _ := apDo(t, s, "GET", "/v1/approvals/"+d.PreflightID+"/..", apAliceToken, ""); status != 405 || code != "method-not-allowed" {
+		t.Fatalf("GET on a dot step's approval: %d %s, want 405 method-not-allowed", status, code)
 	}
 	for _, p := range []string{"/v1/approvals/" + d.PreflightID + "/..", "/v1/approvals/" + d.PreflightID + "/%2E",
-		"/v1/approvals/" + d.PreflightID + "/a%2Fb"} {
+		"/v1/approvals/" + d.PreflightID + "/a%2Fb", "/v1/approvals/" + d.PreflightID + "/a%2F..",
+		"/v1/approvals/" + d.PreflightID + "/.%2Fx", "/v1/approvals/" + d.PreflightID + "/%2F",
+		"/v1/approvals/" + d.PreflightID + "/a%2F%2Fb"} {
 		if status, code, raw := apDo(t, s, "POST", p, apAliceToken, `{"decision":"approve"}`); status != 200 {
 			t.Fatalf("POST %s: %d %s %s, want 200", p, status, code, raw)
 		}
@@ -552,7 +558,8 @@ func TestApprovalsDotStepIDs(t *testing.T) {
 			t.Fatalf("POST %s again: %d %s, want 409 approval-already-decided", p, status, code)
 		}
 	}
-	for _, id := range []string{"req-dot-1", "req-dot-2", "req-dot-3"} {
+	for i := range 7 {
+		id := fmt.Sprintf("req-dot-%d", i)
 		if v := apCheck(t, s, d, "pay.send", id); v.Code != 0 {
 			t.Fatalf("an approved dot step (%s) = %+v, want an allow", id, v)
 		}

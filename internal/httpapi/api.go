@@ -113,7 +113,11 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	if id, step, ok := dotStepApproval(r); ok {
+	if id, step, ok := stepApproval(r); ok {
+		if r.Method != http.MethodPost {
+			a.methodNotAllowed("POST")(w, r)
+			return
+		}
 		r.SetPathValue("preflight_id", id)
 		r.SetPathValue("step_id", step)
 		a.postApproval(w, r)

@@ -112,32 +112,30 @@ const (
 )
 
 func (a *API) routeApprovals() {
-	a.mux.HandleFunc("POST /v1/approvals/{preflight_id}/{step_id}", a.postApproval)
+	// POST /v1/approvals/{preflight_id}/{step_id} is routed by ServeHTTP
+	// (stepApproval), on the path as sent.
 	a.mux.HandleFunc("GET /v1/approvals", a.listApprovals)
 	a.mux.HandleFunc("/v1/approvals", a.methodNotAllowed("GET, HEAD"))
-	a.mux.HandleFunc("/v1/approvals/{preflight_id}/{step_id}", a.methodNotAllowed("POST"))
 	a.mux.HandleFunc("/v1/approvals/", func(w http.ResponseWriter, _ *http.Request) {
 		// /v1/approvals/{id} alone, or a path past the step: no endpoint.
 		a.fail(w, http.StatusNotFound, preflight.CodeNotFound, "", "No endpoint has this path.", false)
 	})
 }
 
-// IsDotStepApproval reports whether r decides the approval of a step whose
-// id is "." or "..": a path the API serves although cleaning it would make
-// it another path.
-func IsDotStepApproval(r *http.Request) bool {
-	_, _, ok := dotStepApproval(r)
+// IsStepApproval reports whether r's path names one step's approval,
+// /v1/approvals/{preflight_id}/{step_id}: a path the API serves as it was
+// sent, since cleaning it could make it another path.
+func IsStepApproval(r *http.Request) bool {
+	_, _, ok := stepApproval(r)
 	return ok
 }
 
-// dotStepApproval reports whether r is POST /v1/approvals/{id}/{step} for
-// a step id "." or ".." (as is, or escaped), and returns both. A path
-// cleaner would make it another path, so the step could never be
-// decided; plan step ids are any non-empty string.
-func dotStepApproval(r *http.Request) (id, step string, ok bool) {
-	if r.Method != http.MethodPost {
-		return "", "", false
-	}
+// stepApproval reads /v1/approvals/{preflight_id}/{step_id} from r's
+// escaped path, each segment unescaped, and reports whether the path is
+// one. Plan step ids are any non-empty string: "." and "..", or one
+// holding an escaped "/" (a%2F..), name a step, where a path cleaner or a
+// router matching the decoded path would see another path.
+func stepApproval(r *http.Request) (id, step string, ok bool) {
 	rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/v1/approvals/")
 	if !found {
 		return "", "", false
@@ -148,7 +146,7 @@ func dotStepApproval(r *http.Request) (id, step string, ok bool) {
 	}
 	id, err1 := url.PathUnescape(rawID)
 	step, err2 := url.PathUnescape(rawStep)
-	if err1 != nil || err2 != nil || id == "" || (step != "." && step != "..") {
+	if err1 != nil || err2 != nil || id == "" || step == "" {
 		return "", "", false
 	}
 	return id, step, true

@@ -381,7 +381,7 @@ func (s *Server) routes() http.Handler {
 			// ServeMux would.
 			r.Pattern = extauthz.HTTPPrefix + "/"
 			check.ServeHTTP(w, r)
-		case p != cleanPath(p) && httpapi.IsDotStepApproval(r):
+		case p != cleanPath(p) && httpapi.IsStepApproval(r):
 			s.api.ServeHTTP(w, r)
 		case p != cleanPath(p):
 			// The ServeMux would redirect; no endpoint is named so.
