@@ -213,7 +213,7 @@ func (c *Config) validateStore(bad badKey) {
 		// The etcd client dials an http:// endpoint in plain text, the TLS
 		// files unused (a bare host:port or unix:// uses them).
 		for _, e := range s.Etcd.Endpoints {
-			if strings.HasPrefix(e, "http://") {
+			if u, err := url.Parse(e); err == nil && u.Scheme == "http" { // url.Parse lower-cases the scheme
 				bad("store.etcd.endpoints", "store.etcd.tls is set, yet %q is http://, which the etcd client dials without TLS: use https://", e)
 			}
 		}

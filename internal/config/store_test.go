@@ -46,6 +46,7 @@ store:
 		"ttl below window":       {yaml: "contract_refine: {binding_window: 10m}\nstore: {etcd: {endpoints: [\"a:1\"], record_ttl: 5m}}", wantErr: "store.etcd.record_ttl: must be at least contract_refine.binding_window (10m0s)"},
 		"bbolt, window past ttl": {yaml: "contract_refine: {binding_window: 25h}", wantBackend: BackendBBolt},
 		"ttl past etcd's leases": {yaml: "store: {etcd: {endpoints: [\"a:1\"], record_ttl: 2562000h}}", wantErr: "store.etcd.record_ttl: must be at most 87600h0m0s"},
+		"tls over HTTP":          {yaml: "store: {etcd: {endpoints: [\"HTTP://a:1\"], tls: {ca_file: /ca.pem}}}", wantErr: `store.etcd.tls is set, yet "HTTP://a:1" is http://`},
 		"tls over http":          {yaml: "store: {etcd: {endpoints: [\"http://a:1\"], tls: {ca_file: /ca.pem}}}", wantErr: `store.etcd.endpoints: store.etcd.tls is set, yet "http://a:1" is http://`},
 		"cert without key":       {yaml: "store: {etcd: {tls: {cert_file: /c.pem}}}", wantErr: "store.etcd.tls.cert_file: store.etcd.tls.cert_file and store.etcd.tls.key_file go together"},
 		"bad replica id":         {yaml: "replica_id: \"a b\"", wantErr: `replica_id: "a b" is not a replica name`},
