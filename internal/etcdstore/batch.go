@@ -106,6 +106,22 @@ func (b *batcher[T]) addAndSend(ctx context.Context, r T) {
 	}
 }
 
+// withdraw removes from the queue the first request is matches, and
+// reports whether one was there: a request withdrawn was never sent, so
+// nothing of it can reach etcd later. One already taken into a batch is
+// not withdrawn.
+func (b *batcher[T]) withdraw(is func(T) bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, r := range b.pending {
+		if is(r) {
+			b.pending = slices.Delete(b.pending, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
 // idle reports whether no request waits and no batch is in flight.
 func (b *batcher[T]) idle() bool {
 	b.mu.Lock()

@@ -250,8 +250,7 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 			a.frames = frames
 		}
 		if !sent {
-			s.txns.addAndSend(ctx, part{a: a})
-			ans, err = await(ctx, s.txns, a.done)
+			ans, err = s.sendAttempt(ctx, a)
 			if err == nil {
 				err = ans.err
 			}
@@ -285,6 +284,29 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 		try = res.StepIndex
 	}
 	return wal.ConsumeResult{Status: wal.Replay, StepIndex: -1}, false, nil
+}
+
+// sendAttempt queues a for the shared write transactions and waits for its
+// answer. An attempt still queued a request timeout on (the transaction
+// before it hangs: etcd stalls), or whose caller has gone, is withdrawn
+// and answered ErrUnavailable at once: never sent, it cannot put its
+// marker after its caller was told 503. One already sent is waited for;
+// its own transaction's timeout bounds that.
+func (s *Store) sendAttempt(ctx context.Context, a *attempt) (attemptAnswer, error) {
+	s.txns.addAndSend(ctx, part{a: a})
+	wctx, cancel := context.WithTimeout(ctx, s.o.RequestTimeout)
+	ans, err := await(wctx, s.txns, a.done)
+	cancel()
+	if err == nil {
+		return ans, nil
+	}
+	if s.txns.withdraw(func(p part) bool { return p.a == a }) {
+		return attemptAnswer{}, fmt.Errorf("%w: not sent within %s: the transaction before it did not answer", ErrUnavailable, s.o.RequestTimeout)
+	}
+	if ctx.Err() != nil {
+		return attemptAnswer{}, err
+	}
+	return await(ctx, s.txns, a.done)
 }
 
 // consumeLone sends attempt a of a consume that is alone (no shared write
