@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -254,6 +255,9 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 			if err == nil {
 				err = ans.err
 			}
+			if err != nil && log && !errors.Is(err, errWithdrawn) {
+				s.doubt(r, try) // sent, unanswered: etcd may still apply it
+			}
 		} else {
 			err = ans.err
 		}
@@ -301,7 +305,7 @@ func (s *Store) sendAttempt(ctx context.Context, a *attempt) (attemptAnswer, err
 		return ans, nil
 	}
 	if s.txns.withdraw(func(p part) bool { return p.a == a }) {
-		return attemptAnswer{}, fmt.Errorf("%w: not sent within %s: the transaction before it did not answer", ErrUnavailable, s.o.RequestTimeout)
+		return attemptAnswer{}, fmt.Errorf("%w: %w (waited %s)", ErrUnavailable, errWithdrawn, s.o.RequestTimeout)
 	}
 	if ctx.Err() != nil {
 		return attemptAnswer{}, err

@@ -35,6 +35,10 @@
 // decision frames then go to the replica's own WAL and their copies to
 // etcd; a failure there returns an error (the caller denies with 503), and
 // the step stays spent: a retry under the same request id is Repeated.
+// A marker sent and not answered (etcd stalled) may be applied after its
+// caller's 503: the replica keeps it in doubt and logs its consumed frame
+// once etcd shows it applied (doubt.go). Attempts still queued when their
+// wait runs out are withdrawn, never sent (sendAttempt).
 // A repeat reads the audit id's autonomy.preflight_consumed frames (every
 // replica's copies and the local log) and, when none records the call it
 // repeats (its marker committed but its answer was lost, so its frames

@@ -1,0 +1,60 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// TestSettleDoubt: a consume answered 503 whose marker etcd applied later
+// gets its consumed frame logged once, when the marker is its own; a
+// marker not there yet settles nothing, and another call's marker settles
+// the doubt with nothing logged.
+func TestSettleDoubt(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	b := recordSteps(t, s, "pf_doubt_1", 1)
+	r := consumeIn(&b, "req-late")
+	r.Decision = nil
+	consumed := func() int {
+		fs, err := s.log.AuditFramesOf(ctx, b.AuditID, []string{wal.KindConsumed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fs)
+	}
+	if settled, err := s.settleDoubt(ctx, &r, 0); settled || err != nil {
+		t.Fatalf("no marker yet: settled %v, %v; want not settled", settled, err)
+	}
+	put := func(id, req, replica string) {
+		v, _ := json.Marshal(marker{RequestID: req, At: time.Now().UTC().Format(time.RFC3339Nano), Replica: replica})
+		if _, err := s.cli.Put(ctx, s.p.marker(id, 0), string(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(b.PreflightID, "req-late", "replica-a") // as etcd applies the late transaction
+	for range 2 {
+		if settled, err := s.settleDoubt(ctx, &r, 0); !settled || err != nil {
+			t.Fatalf("its own marker: settled %v, %v", settled, err)
+		}
+		if n := consumed(); n != 1 {
+			t.Fatalf("%d consumed frames, want the late consume's one", n)
+		}
+	}
+
+	other := recordSteps(t, s, "pf_doubt_2", 1)
+	ro := consumeIn(&other, "req-503")
+	ro.Decision = nil
+	put(other.PreflightID, "req-other", "replica-b")
+	if settled, err := s.settleDoubt(ctx, &ro, 0); !settled || err != nil {
+		t.Fatalf("another call's marker: settled %v, %v", settled, err)
+	}
+	if fs, _ := s.log.AuditFramesOf(ctx, other.AuditID, []string{wal.KindConsumed}); len(fs) != 0 {
+		t.Fatalf("%d consumed frames logged for another call's marker", len(fs))
+	}
+	checkClean(t, s)
+}
