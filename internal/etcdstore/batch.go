@@ -122,6 +122,25 @@ func (b *batcher[T]) withdraw(is func(T) bool) bool {
 	return false
 }
 
+// drain removes from the queue every request is matches and returns them,
+// none of them sent.
+func (b *batcher[T]) drain(is func(T) bool) []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []T
+	kept := b.pending[:0]
+	for _, r := range b.pending {
+		if is(r) {
+			out = append(out, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	return out
+}
+
 // idle reports whether no request waits and no batch is in flight.
 func (b *batcher[T]) idle() bool {
 	b.mu.Lock()

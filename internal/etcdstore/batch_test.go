@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestBatcherWithdraw: a request still queued behind a batch in flight can
-// be withdrawn, and is then never sent; one already in a batch cannot.
+// TestBatcherWithdraw: requests still queued behind a batch in flight can
+// be withdrawn or drained, and are then never sent; one already in a batch
+// cannot.
 func TestBatcherWithdraw(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -29,6 +30,11 @@ func TestBatcherWithdraw(t *testing.T) {
 	<-inFlight // 1 is in flight; 2 and 3 queue behind it
 	b.add(2)
 	b.add(3)
+	b.add(4)
+	b.add(6)
+	if got := b.drain(func(r int) bool { return r >= 4 }); !slices.Equal(got, []int{4, 6}) {
+		t.Fatalf("drained %v, want 4 and 6", got)
+	}
 	if b.withdraw(func(r int) bool { return r == 1 }) {
 		t.Fatal("a request in flight was withdrawn")
 	}
@@ -41,6 +47,6 @@ func TestBatcherWithdraw(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(sent, []int{1, 3}) {
-		t.Fatalf("sent %v, want 1 and 3: a withdrawn request must never be sent", sent)
+		t.Fatalf("sent %v, want 1 and 3: a withdrawn or drained request must never be sent", sent)
 	}
 }

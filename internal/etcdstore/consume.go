@@ -255,11 +255,11 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 			if err == nil {
 				err = ans.err
 			}
-			if err != nil && log && !errors.Is(err, errWithdrawn) {
-				s.doubt(r, try) // sent, unanswered: etcd may still apply it
-			}
 		} else {
 			err = ans.err
+		}
+		if err != nil && log && !errors.Is(err, errWithdrawn) {
+			s.doubt(r, try) // sent, unanswered: etcd may still apply it
 		}
 		if err != nil {
 			return wal.ConsumeResult{}, false, err

@@ -74,6 +74,12 @@ func (s *Store) settleDoubt(ctx context.Context, r *wal.ConsumeRequest, step int
 	if err := json.Unmarshal(v, &m); err != nil || m.RequestID != r.RequestID || m.Replica != s.o.Replica {
 		return true, nil
 	}
+	// A lone consume's copies went with its marker: until the dropper has
+	// deleted (or taken up) the copies of its failed commit the log is
+	// held, and a copy etcd still holds would pass for the frame on record.
+	if err := s.log.Refuses(); err != nil {
+		return false, err
+	}
 	res := wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[step].ID, StepIndex: step}
 	fs, err := s.AuditFramesOf(ctx, r.Binding.AuditID, []string{wal.KindConsumed})
 	if err != nil {

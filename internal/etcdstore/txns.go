@@ -183,4 +183,13 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 			a.done <- a.answer
 		}
 	}
+	if err != nil && ctx.Err() == nil {
+		// The consumes queued behind a transaction etcd did not answer
+		// have waited as long: sending them now would hold their callers
+		// another request timeout, and etcd may apply them after their
+		// callers were answered 503. They are withdrawn, never sent.
+		for _, p := range s.txns.drain(func(p part) bool { return p.a != nil }) {
+			p.a.done <- attemptAnswer{err: fmt.Errorf("%w: %w (%w)", ErrUnavailable, errWithdrawn, err)}
+		}
+	}
 }

@@ -326,6 +326,9 @@ func keepHeaders(h http.Header, names ...string) {
 
 // isAPIPath reports whether p belongs to the service's own API.
 func isAPIPath(p string) bool {
+	// In any letter case: a mistyped /V1/approvals must reach the API,
+	// which answers 404, not the upstream with the approver's token.
+	p = strings.ToLower(p)
 	return p == PreflightPath || strings.HasPrefix(p, PreflightPath+"/") || strings.HasPrefix(p, AuditPrefix) ||
 		p == ApprovalsPath || strings.HasPrefix(p, ApprovalsPath+"/")
 }

@@ -108,6 +108,7 @@ func TestGatewayRoutes(t *testing.T) {
 		"approvals list":             {method: "GET", path: "/v1/approvals", apiPath: "/v1/approvals", status: 200},
 		"approval decision":          {method: "POST", path: "/v1/approvals/pf_x/s1", apiPath: "/v1/approvals/pf_x/s1", status: 200},
 		"approvals prefix, not API":  {method: "POST", path: "/v1/approvalsx", gated: true, upstreamPath: "/v1/approvalsx", status: 200},
+		"approvals, other case":      {method: "POST", path: "/V1/Approvals/pf_x/s1", apiPath: "/V1/Approvals/pf_x/s1", status: 200},
 		"escaped slash refused":      {method: "POST", path: "/v1%2ftool", status: 400},
 		"escaped backslash refused":  {method: "POST", path: "/v1%5ctool", status: 400},
 		"upper-case escapes refused": {method: "POST", path: "/v1%5Ctool", status: 400},
