@@ -332,6 +332,10 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	if !s.txns.idle() || !s.awaitLone(ctx) {
 		return attemptAnswer{}, false
 	}
+	fence, err := s.fence(ctx)
+	if err != nil {
+		return attemptAnswer{}, false // the shared path meets etcd's error
+	}
 	ins := frames()
 	lead, ok := s.log.TryLead()
 	if !ok {
@@ -345,6 +349,7 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	if err != nil {
 		return attemptAnswer{err: err}, true
 	}
+	req.fenced = true
 	var resp *etcdserverpb.TxnResponse
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
 		b := newTxnBuf(1, len(cw.keys))
@@ -352,7 +357,8 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 		octx, cancel := s.opCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: a.cmpsIn(b), Success: then, Failure: a.readsIn(b)})
+		cmps := append(a.cmpsIn(b), s.fenceCmp(fence))
+		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: cmps, Success: then, Failure: a.readsIn(b)})
 		return s.seen(octx, err)
 	})
 	req.end(err)
@@ -363,6 +369,7 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 		return attemptAnswer{err: err}, true
 	case !resp.Succeeded:
 		lead.Release()
+		s.fenceMoved(a, resp.Responses, fence)
 		return attemptAnswer{seen: resp.Responses}, true
 	}
 	if s.afterSent != nil {

@@ -15,6 +15,8 @@
 //	P ic/<idempotency key>             a claim of the key by a submission being decided
 //	P sl/<session key>/…               the lock of a repair session (clientv3/concurrency)
 //	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of a frame in the writing replica's log
+//	P e/<replica>                      the replica's fence: a lone consume's transaction requires its
+//	                                   revision, which moves before lost copies are deleted (fence.go)
 //	P r/<replica>/<seq, 16 hex digits>  copy index: JSON {"base_seq","base_hash","frames"}, put by every copy
 //	                                   transaction under its copies' lease; seq is its last frame's, frames
 //	                                   the P f/… keys it carries, base the log's head before the newest commit

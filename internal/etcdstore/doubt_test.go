@@ -58,3 +58,28 @@ func TestSettleDoubt(t *testing.T) {
 	}
 	checkClean(t, s)
 }
+
+// TestStaleFence: a lone consume whose fence revision is stale (the key
+// moved behind the replica's back) writes nothing in its own transaction,
+// is then decided on the shared path, and the fence is read again.
+func TestStaleFence(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	rev, err := s.fence(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.cli.Put(ctx, s.p.fence("replica-a"), "moved elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	b := recordSteps(t, s, "pf_stale_fence", 1)
+	res, err := s.Consume(ctx, consumeIn(&b, "req-fence"))
+	if err != nil || res.Status != wal.Consumed {
+		t.Fatalf("consume with a stale fence: %v, %v; want consumed", res.Status, err)
+	}
+	if now, err := s.fence(ctx); err != nil || now <= rev {
+		t.Fatalf("fence after the stale one failed a transaction: %d, %v; want it read again past %d", now, err, rev)
+	}
+	checkClean(t, s)
+}

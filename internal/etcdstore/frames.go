@@ -163,6 +163,10 @@ type copyRequest struct {
 	index string
 	err   error
 	done  chan struct{}
+	// fenced: the copies went in a lone consume's transaction, which the
+	// replica's fence guards (fence.go): the dropper moves the fence
+	// before it deletes them.
+	fenced bool
 	// taken, when set, tells the dropper whether etcd took the write its
 	// copies went with, whose outcome the sender did not learn (an
 	// approval's decision): its frames are then taken up, not deleted.

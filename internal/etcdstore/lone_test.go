@@ -255,6 +255,10 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	ctx := context.Background()
 	bd := recordSteps(t, a, "pf_lone_lost", 1)
 	lk := &lostAnswerKV{KV: a.cli.KV}
+	fenceBefore, err := a.fence(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	lk.armed.Store(true)
 	a.cli.KV = lk // armed once: it answers the next transactions as they are
 	a.kv = lostAnswerStub{KVClient: a.kv, kv: lk}
@@ -266,6 +270,13 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 		t.Fatalf("log's head after the lost answer: %d, want %d (nothing logged)", seq, head)
 	}
 	waitReleased(t, a, 10*time.Second, nil)
+	// The fence moved before the copies were deleted: a transaction of
+	// the lost kind, applied only now, fails its compare.
+	late, err := a.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.p.fence("replica-a")), "=", fenceBefore)).
+		Then(clientv3.OpPut(a.p.frame(bd.AuditID, "replica-a", head+9), "late")).Commit()
+	if err != nil || late.Succeeded || a.fenceRev.Load() <= fenceBefore {
+		t.Fatalf("a transaction guarded by the fence before the loss: %v, %v (fence %d, was %d); want it refused", late, err, a.fenceRev.Load(), fenceBefore)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(framesAfter(t, a, head)) == 0 {
 		if time.Now().After(deadline) {

@@ -81,6 +81,16 @@ func (s *Store) dropper() {
 		// The copies of unanswered commits go first, so that what is
 		// taken up past the head is only what was answered; the log is
 		// released once both are settled.
+		// A lost lone consume's transaction may still be applied: the fence
+		// moves first, so it cannot be once the copies are deleted.
+		for _, r := range lost {
+			if r.fenced {
+				if err := s.retry("move the fence of lone consumes", func() error { return s.moveFence(s.bg) }); err != nil {
+					return
+				}
+				break
+			}
+		}
 		var keys []string
 		indexes := 0
 		for _, r := range lost {
@@ -180,6 +190,11 @@ func (s *Store) settleOnOpen() {
 	s.log.Hold()
 	settle := func() error {
 		if err := s.log.Trusted(); err != nil {
+			return err
+		}
+		// A lone consume the last process sent may still be applied: the
+		// fence moves before the copies past the head are settled.
+		if err := s.moveFence(s.bg); err != nil {
 			return err
 		}
 		return s.settleCrashCopies(s.bg)

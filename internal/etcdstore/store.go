@@ -72,6 +72,10 @@ type Options struct {
 // Store is the state of internal/state, kept in etcd. It is safe for
 // concurrent use by any number of goroutines and processes.
 type Store struct {
+	// fenceRev is the ModRevision of the replica's fence key (P e/<replica>)
+	// that a lone consume's transaction requires, -1 until read (fence.go).
+	fenceRev atomic.Int64
+
 	cli *clientv3.Client
 	// kv is cli's KV stub, for the requests built in etcd's own types
 	// (pbtxn.go), and codec marshals them (txnCodec).
@@ -164,6 +168,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{},
 		claims: map[string]*heldClaim{}}
+	s.fenceRev.Store(-1)
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
