@@ -184,12 +184,19 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		// The consumes queued behind a transaction etcd did not answer
-		// have waited as long: sending them now would hold their callers
-		// another request timeout, and etcd may apply them after their
-		// callers were answered 503. They are withdrawn, never sent.
-		for _, p := range s.txns.drain(func(p part) bool { return p.a != nil }) {
-			p.a.done <- attemptAnswer{err: fmt.Errorf("%w: %w (%w)", ErrUnavailable, errWithdrawn, err)}
+		// What is queued behind a transaction etcd did not answer has
+		// waited as long: sending it now would hold its callers another
+		// request timeout. It is withdrawn, never sent, and answered 503:
+		// a consume then cannot be applied after its caller's 503, and
+		// frames whose copy is withdrawn are in the log already, copied
+		// again in the background (recopy).
+		werr := fmt.Errorf("%w: %w (%w)", ErrUnavailable, errWithdrawn, err)
+		for _, p := range s.txns.drain(func(part) bool { return true }) {
+			if p.a != nil {
+				p.a.done <- attemptAnswer{err: werr}
+			} else {
+				p.c.end(werr)
+			}
 		}
 	}
 }
