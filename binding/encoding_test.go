@@ -8,22 +8,13 @@ import (
 	"testing"
 
 	"github.com/contractrefine/autonomy/binding"
-	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 )
 
 // TestOutcomeJudgesTheDecodedBody: a gzip response is judged on the body
 // the tool produced, not on its compressed bytes; a response in an
 // encoding the gate cannot decode is unverified, never passed.
 func TestOutcomeJudgesTheDecodedBody(t *testing.T) {
-	b := bundletest.Load(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow := true\n",
-		"data.yaml": `autonomy:
-  capabilities:
-    tool.report:
-      zones: ["*"]
-      contract:
-        postconditions: ["result.ok == true"]
-`}, nil)
-	e := newEnv(t, b, binding.ModeEnforce)
+	e := newEnv(t, postconditionBundle(t, "tool.report", "result.ok == true"), binding.ModeEnforce)
 	gz := func(s string) []byte {
 		var buf bytes.Buffer
 		w := gzip.NewWriter(&buf)

@@ -106,6 +106,14 @@ func loadTestBundle(t testing.TB) *bundle.Bundle {
 	return bundletest.Load(t, map[string]string{"policy.rego": testPolicy, "data.yaml": testData}, nil)
 }
 
+// postconditionBundle is a bundle whose policy allows every call and whose
+// one capability, kind, has the postcondition cond.
+func postconditionBundle(t testing.TB, kind, cond string) *bundle.Bundle {
+	t.Helper()
+	data := fmt.Sprintf("autonomy:\n  capabilities:\n    %s:\n      zones: [\"*\"]\n      contract:\n        postconditions: [%q]\n", kind, cond)
+	return bundletest.Load(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow := true\n", "data.yaml": data}, nil)
+}
+
 // testClock is the injected clock.
 type testClock struct {
 	mu  sync.Mutex

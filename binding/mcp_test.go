@@ -328,14 +328,7 @@ func TestMCPUnreadableCallNamesItsPreflight(t *testing.T) {
 // server, so each gets its outcome frame, also those after the first one
 // whose answer breaks a postcondition; that one answers the batch.
 func TestMCPBatchOutcomes(t *testing.T) {
-	b := bundletest.Load(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow := true\n",
-		"data.yaml": `autonomy:
-  capabilities:
-    tool.echo:
-      zones: ["*"]
-      contract:
-        postconditions: ["result.result.content[0].text != 'bad'"]
-`}, nil)
+	b := postconditionBundle(t, "tool.echo", "result.result.content[0].text != 'bad'")
 	e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) { o.Protocol, o.Path = binding.ProtocolMCP, "/mcp" })
 	echo := func(id string) string { return toolsCall(id, "tool.echo", `{}`, "") }
 	req := mcpPost(`[`+echo("1")+`,`+echo("2")+`,`+echo("3")+`]`, map[string]string{binding.HeaderRequestID: "rb"})

@@ -197,17 +197,30 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 // then withdrawn, a shared one logged nothing, and the allow the repeat
 // gives must not stand without its consume on record.
 func (s *Store) repeatFrames(ctx context.Context, r *wal.ConsumeRequest, res wal.ConsumeResult) ([]wal.FrameInput, error) {
+	logged, err := s.consumeLogged(ctx, r, res.StepID)
+	switch {
+	case err != nil:
+		return nil, err
+	case logged:
+		return r.ConsumeFrames(res), nil
+	}
+	return r.RepeatFrames(res), nil
+}
+
+// consumeLogged reports whether any replica's log or copy holds the
+// autonomy.preflight_consumed frame of r's call on step stepID.
+func (s *Store) consumeLogged(ctx context.Context, r *wal.ConsumeRequest, stepID string) (bool, error) {
 	fs, err := s.AuditFramesOf(ctx, r.Binding.AuditID, []string{wal.KindConsumed})
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	for i := range fs {
 		a, err := fs[i].Consumed()
-		if err == nil && a.PreflightID == r.Binding.PreflightID && a.StepID == res.StepID && a.RequestID == r.RequestID {
-			return r.ConsumeFrames(res), nil
+		if err == nil && a.PreflightID == r.Binding.PreflightID && a.StepID == stepID && a.RequestID == r.RequestID {
+			return true, nil
 		}
 	}
-	return r.RepeatFrames(res), nil
+	return false, nil
 }
 
 // decide decides the consume in etcd. With log set its first attempt

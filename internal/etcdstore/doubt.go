@@ -81,15 +81,8 @@ func (s *Store) settleDoubt(ctx context.Context, r *wal.ConsumeRequest, step int
 		return false, err
 	}
 	res := wal.ConsumeResult{Status: wal.Consumed, StepID: r.Binding.Steps[step].ID, StepIndex: step}
-	fs, err := s.AuditFramesOf(ctx, r.Binding.AuditID, []string{wal.KindConsumed})
-	if err != nil {
-		return false, err
-	}
-	for i := range fs {
-		a, err := fs[i].Consumed()
-		if err == nil && a.PreflightID == r.Binding.PreflightID && a.StepID == res.StepID && a.RequestID == r.RequestID {
-			return true, nil
-		}
+	if logged, err := s.consumeLogged(ctx, r, res.StepID); err != nil || logged {
+		return logged, err
 	}
 	if _, err := s.logAndCopy(ctx, r.ConsumeFrames(res)); err != nil {
 		return false, fmt.Errorf("log the consumed frame of a consume etcd applied after its 503: %w", err)
