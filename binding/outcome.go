@@ -101,6 +101,10 @@ type Exchange struct {
 	// ReportedBy names who saw the response (wal.ReporterEnvoy, …);
 	// Reporter names the token of a runtime's own report.
 	ReportedBy, Reporter string
+	// Observed is true when the proxy releases the response whatever the
+	// verdict (Envoy's ext_proc observability mode): the outcome is
+	// recorded, never enforced.
+	Observed bool
 }
 
 // Verdict is what the proxy does with a response.
@@ -220,10 +224,10 @@ func (g *Gate) Outcome(ctx context.Context, x *Exchange) (v Verdict) {
 	attrs.Clauses = clauses
 	if err != nil {
 		attrs.Outcome, attrs.Reason, attrs.Detail = wal.OutcomeViolated, preflight.ReasonOutcomeUnverified, err.Error()
-		attrs.Enforced = g.o.Mode == ModeEnforce
+		attrs.Enforced = g.enforces(x)
 		g.o.Logger.WarnContext(ctx, "tool response could not be judged", "audit_id", auditID, "request_id", c.requestID, "err", err)
 	} else {
-		g.judge(&attrs, &v)
+		g.judge(&attrs, &v, g.enforces(x))
 	}
 	v.Attrs = attrs
 	v.Release = !attrs.Enforced
@@ -361,6 +365,11 @@ func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchan
 	}
 	if d.PreflightID != "" {
 		limit, err := g.outputLimit(ctx, d.PreflightID)
+		if errors.Is(err, wal.ErrNotFound) && d.Mode == ModeAdvisory {
+			// Advisory mode lets through ids that were never recorded:
+			// such a call has no envelope, so no output contract.
+			limit, err = wal.NoOutputLimit, nil
+		}
 		if err != nil {
 			return clauses, fmt.Errorf("read the output contract: %w", err)
 		}
@@ -387,10 +396,14 @@ func (g *Gate) recordOutcome(ctx context.Context, now time.Time, v Verdict) Verd
 	return v
 }
 
+// enforces reports whether a violated outcome of x refuses its response:
+// in enforce mode, when the proxy can refuse it.
+func (g *Gate) enforces(x *Exchange) bool { return g.o.Mode == ModeEnforce && !x.Observed }
+
 // judge sets the outcome from the clause results: the first strict
-// failure decides (enforced in enforce mode); failures of strict: false
-// postconditions alone pass with a warning.
-func (g *Gate) judge(attrs *wal.OutcomeAttrs, v *Verdict) {
+// failure decides (enforced when enforce is set); failures of strict:
+// false postconditions alone pass with a warning.
+func (g *Gate) judge(attrs *wal.OutcomeAttrs, v *Verdict, enforce bool) {
 	attrs.Outcome, attrs.Reason = wal.OutcomeOK, preflight.ReasonOutcomeOK
 	var warning *wal.OutcomeClause
 	for i := range attrs.Clauses {
@@ -405,14 +418,14 @@ func (g *Gate) judge(attrs *wal.OutcomeAttrs, v *Verdict) {
 			continue
 		}
 		attrs.Outcome, attrs.Reason = wal.OutcomeViolated, cl.Reason
-		attrs.Enforced = g.o.Mode == ModeEnforce
+		attrs.Enforced = enforce
 		v.Violation = cl
 		return
 	}
 	if warning != nil {
 		attrs.Outcome, attrs.Reason = wal.OutcomeViolated, warning.Reason
 		v.Violation = warning
-		if g.o.Mode == ModeEnforce {
+		if enforce {
 			attrs.Warning = true
 			v.Warning = warning.Reason
 		}

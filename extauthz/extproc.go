@@ -98,6 +98,8 @@ type exchange struct {
 	started  bool
 	// responding is set by the response's headers.
 	responding bool
+	// observed is set by a message in observability mode.
+	observed bool
 }
 
 // Process serves one HTTP request's stream. Each message is answered in
@@ -165,6 +167,7 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 	if m.GetObservabilityMode() {
 		// Envoy ignores answers and releases the response unjudged: such a
 		// filter cannot enforce anything, so the stream is only recorded.
+		x.observed = true
 		p.observe(ctx, x, m)
 		return nil
 	}
@@ -198,6 +201,11 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 		h := r.ResponseHeaders
 		x.status, x.encoding = statusOf(h.GetHeaders())
 		x.responding = true
+		if localReply(x, h.GetHeaders()) {
+			x.judged = true // never judged: it is not a tool's response
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		}
 		if !h.GetEndOfStream() {
 			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 				ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -280,12 +288,15 @@ func (p *Processor) observe(ctx context.Context, x *exchange, m *extprocv3.Proce
 		}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.status, x.encoding = statusOf(r.ResponseHeaders.GetHeaders())
-		if r.ResponseHeaders.GetEndOfStream() {
+		if localReply(x, r.ResponseHeaders.GetHeaders()) {
+			x.judged = true
+		}
+		if r.ResponseHeaders.GetEndOfStream() && !x.judged {
 			p.finish(ctx, x, nil)
 		}
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		x.resp = append(x.resp, r.ResponseBody.GetBody()...)
-		if r.ResponseBody.GetEndOfStream() {
+		if r.ResponseBody.GetEndOfStream() && !x.judged {
 			p.finish(ctx, x, nil)
 		}
 	}
@@ -303,7 +314,7 @@ func (p *Processor) finish(ctx context.Context, x *exchange, err error) binding.
 			err = errors.New("extauthz: response messages before the request headers")
 		}
 	}
-	v := p.judge.Outcome(ctx, &binding.Exchange{Request: req, ReportedBy: wal.ReporterEnvoy,
+	v := p.judge.Outcome(ctx, &binding.Exchange{Request: req, ReportedBy: wal.ReporterEnvoy, Observed: x.observed,
 		Response: binding.Response{Status: x.status, Body: x.resp, Err: err, Encoding: x.encoding}})
 	if !v.Judged {
 		v.Release = true
@@ -318,6 +329,26 @@ func (p *Processor) abandon(ctx context.Context, x *exchange, err error) {
 		return
 	}
 	p.finish(ctx, x, err)
+}
+
+// localReply reports whether response headers that come before any request
+// message are a reply Envoy made itself, before the request reached this
+// filter: ext_authz's deny, say, which Envoy sends through the filters'
+// response path without their request path (docs/API.md). Nothing reached
+// the tool runtime, so there is nothing to judge. A 2xx reply counts only
+// with the gate's audit id header (an MCP deny is a 200): a 2xx with
+// neither a request nor that header is treated as a response nothing says
+// the gate allowed, and is refused.
+func localReply(x *exchange, hm *corev3.HeaderMap) bool {
+	if x.started || x.judged {
+		return false
+	}
+	if x.status < 200 || x.status > 299 {
+		return x.status != 0
+	}
+	h := map[string]string{}
+	addHeaderMap(h, hm)
+	return h[binding.HeaderAuditID] != ""
 }
 
 // requestFromHeaders is the gate's view of the request headers Envoy sends

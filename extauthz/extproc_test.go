@@ -452,3 +452,85 @@ func TestExtProcAfterRestart(t *testing.T) {
 		t.Fatalf("want the decision then the outcome, got %v %v", frames, err)
 	}
 }
+
+// TestExtProcPassesEnvoysOwnReplies: Envoy sends a reply an earlier filter
+// made (ext_authz's deny) through ext_proc's response path with no request
+// messages before it. Nothing reached the tool, so the reply passes as it
+// is and no outcome is recorded; a 2xx reply with neither a request nor the
+// gate's audit id is still refused.
+func TestExtProcPassesEnvoysOwnReplies(t *testing.T) {
+	e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+	resp := check(t, e.authz, envoyCheck("ledger.debit", map[string]any{"balance": 100, "amount": 25}, "pf_BBBBBBBBBBBBBBBBBBBBBBBB", "req-1"))
+	denied := resp.GetDeniedResponse()
+	if denied == nil {
+		t.Fatalf("Check allowed a call with an unknown preflight id: %v", resp)
+	}
+	h := headerValues(denied.GetHeaders())
+	auditID := h[binding.HeaderAuditID]
+	reply := []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm(
+			":status", strconv.Itoa(int(denied.GetStatus().GetCode())), "content-type", "application/json",
+			binding.HeaderAuditID, auditID)}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(denied.GetBody()), EndOfStream: true}}},
+	}
+	answers := e.exchange(t, reply)
+	if len(answers) != 2 || answers[0].GetResponseHeaders() == nil || answers[1].GetResponseBody() == nil {
+		t.Fatalf("the gate's own deny was not passed as it is: %v", answers)
+	}
+	if got := e.outcomes(t, auditID); len(got) != 0 {
+		t.Errorf("a reply that never reached the tool was recorded as an outcome: %+v", got)
+	}
+
+	// A 2xx with nothing to say the gate allowed it is not passed.
+	answers = e.exchange(t, envoyResponse(200, `{"balance":75}`))
+	if im := answers[len(answers)-1].GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 502 {
+		t.Fatalf("a 2xx response with no request before it was passed: %v", answers)
+	}
+}
+
+// TestExtProcObservabilityModeRecordsNotEnforced: a filter in observability
+// mode releases the response whatever it is answered, so a violation is
+// recorded with enforced false.
+func TestExtProcObservabilityModeRecordsNotEnforced(t *testing.T) {
+	e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+	args := map[string]any{"balance": 100, "amount": 25}
+	auditID := e.allow(t, "ledger.debit", args, "req-1")
+	msgs := append(envoyRequest("ledger.debit", args, "req-1", auditID), envoyResponse(200, `{"balance":50}`)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.proc.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		m.ObservabilityMode = true
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.waitOutcomes(t, auditID, 1)
+	stream.CloseSend()
+	if len(got) != 1 || got[0].Outcome != wal.OutcomeViolated || got[0].Reason != "clause: postcondition_violated" || got[0].Enforced {
+		t.Fatalf("outcome frames %+v, want one violated and not enforced", got)
+	}
+}
+
+// TestExtProcAdvisoryUnknownPreflight: advisory mode lets through a call
+// whose preflight id was never recorded; its response is judged on its
+// clauses (there is no envelope, so no output contract), not unverified.
+func TestExtProcAdvisoryUnknownPreflight(t *testing.T) {
+	e := newOutcomeEnv(t, binding.ModeAdvisory, extauthz.ProcessorOptions{})
+	args := map[string]any{"balance": 100, "amount": 25}
+	resp := check(t, e.authz, envoyCheck("ledger.debit", args, "pf_BBBBBBBBBBBBBBBBBBBBBBBB", "req-1"))
+	if resp.GetOkResponse() == nil {
+		t.Fatalf("advisory Check denied: %v", resp)
+	}
+	auditID := headerValues(resp.GetOkResponse().GetHeaders())[binding.HeaderAuditID]
+	for body, want := range map[string]string{`{"balance":75}`: "outcome: ok", `{"balance":50}`: "clause: postcondition_violated"} {
+		e.exchange(t, append(envoyRequest("ledger.debit", args, "req-1", auditID), envoyResponse(200, body)...))
+		got := e.outcomes(t, auditID)
+		if len(got) == 0 || got[len(got)-1].Reason != want {
+			t.Fatalf("response %s: outcome frames %+v, want the last %s", body, got, want)
+		}
+	}
+}
