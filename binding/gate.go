@@ -315,6 +315,9 @@ type Decision struct {
 	// when rpcBatch; they shape the deny (MCPDenyBody).
 	rpc      []rpcMessage
 	rpcBatch bool
+	// rpcRefused is the index in rpc of the batch's message that was
+	// refused.
+	rpcRefused int
 	// batch are the decisions of an allowed batch's messages, in its
 	// order: the gateway judges each tools/call's answer with its own.
 	batch []Decision

@@ -197,37 +197,50 @@ func readToolCall(c *call, doc any) error {
 	return nil
 }
 
-// checkBatch decides a JSON-RPC batch: each message on its own, in order,
-// as one request would be (its own decision frame, its own consumed step),
-// and the batch is allowed only when every message is. The first deny ends
-// the walk and answers for the whole batch, which then reaches no server:
-// a step an earlier call in it consumed stays consumed (the tool did not
-// run), so fail-closed never lets a batch spend more than it was allowed.
-// Each message gets the request id and its index, so that a retry of the
-// batch repeats each call's allow while two calls in one batch are two
-// calls, not a retry of one. A message that presents no known preflight
-// is decided under the batch's own audit id, which the allow hands
-// upstream (x-autonomy-audit-id): the answers are judged by it (Outcome).
+// checkBatch decides a JSON-RPC batch: each message on its own, as one
+// request would be (its own decision frame, its own consumed step), and
+// the batch is allowed only when every message is. The first deny ends the
+// walk and answers for the whole batch, which then reaches no server. In
+// enforce mode the messages are first read through without writing
+// anything (foreseeRefusal), and a message that would be refused is
+// checked first, so that a batch refused whole spends no step of the
+// others. A step an earlier call consumed stays consumed when a later one
+// is refused only because the state changed between the two walks (the
+// same step taken by another call meanwhile): fail-closed never lets a
+// batch spend more than it was allowed. Each message gets the request id
+// and its index, so that a retry of the batch repeats each call's allow
+// while two calls in one batch are two calls, not a retry of one. A message
+// that presents no known preflight is decided under the batch's own audit
+// id, which the allow hands upstream (x-autonomy-audit-id): the answers
+// are judged by it (Outcome).
 func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessage) Decision {
 	all := make([]rpcMessage, len(msgs))
+	order := make([]int, len(msgs))
 	for i, m := range msgs {
 		all[i] = peekRPC(m)
+		order[i] = i
 	}
 	batchAudit := ""
 	if g.o.NewID != nil {
 		batchAudit = g.o.NewID()
 	}
-	var first Decision
-	decisions := make([]Decision, 0, len(msgs))
-	for i, m := range msgs {
-		one := batchItem(r, m, i)
+	if k := g.foreseeRefusal(ctx, r, msgs); k > 0 {
+		copy(order[1:k+1], order[:k])
+		order[0] = k
+	}
+	decisions := make([]Decision, len(msgs))
+	for _, i := range order {
+		one := batchItem(r, msgs[i], i)
 		one.auditID = batchAudit
 		d := g.Check(ctx, one)
-		d.rpc, d.rpcBatch = all, true
+		d.rpc, d.rpcBatch, d.rpcRefused = all, true, i
 		if !d.Allowed {
 			return d
 		}
-		decisions = append(decisions, d)
+		decisions[i] = d
+	}
+	var first Decision
+	for i, d := range decisions {
 		if i == 0 || (first.ToolKind == "" && d.ToolKind != "") {
 			adv := first.AdvisoryReason
 			first = d
@@ -244,6 +257,38 @@ func (g *Gate) checkBatch(ctx context.Context, r *Request, msgs []json.RawMessag
 		first.AuditID = batchAudit
 	}
 	return first
+}
+
+// foreseeRefusal returns the index of the first message of the batch that
+// the gate would refuse now, or -1: the ladder, the clauses and the policy
+// read through, nothing recorded and nothing consumed. Only enforce mode
+// consumes steps, so only there is it asked.
+func (g *Gate) foreseeRefusal(ctx context.Context, r *Request, msgs []json.RawMessage) int {
+	pol := g.o.Policy()
+	if pol == nil || g.o.Mode != ModeEnforce {
+		return -1
+	}
+	now := g.o.Now()
+	for i, m := range msgs {
+		one := batchItem(r, m, i)
+		d := Decision{Mode: g.o.Mode, RequestID: one.Headers[HeaderRequestID]}
+		c := g.readRequest(one, pol, &d)
+		if c.gated && c.contract == "" {
+			if !g.checkContracts(ctx, c, pol, now) {
+				return i
+			}
+			if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
+				return i
+			}
+		}
+		if c.contract != "" {
+			return i
+		}
+		if allowed, _, err := g.allow(ctx, pol, c); err != nil || !allowed {
+			return i
+		}
+	}
+	return -1
 }
 
 // batchItem is message i of the batch r carries, as a request of its own:
@@ -378,13 +423,17 @@ func (d *Decision) MCPDenyBody() []byte {
 	if d.Allowed || n == 0 {
 		return nil
 	}
-	text := d.mcpText()
-	b := make([]byte, 0, n*(160+len(text)+2*len(d.Reason)+len(d.AuditID)))
+	refusedText := d.mcpText()
+	text := refusedText
+	if d.rpcBatch {
+		text = d.mcpBatchText()
+	}
+	b := make([]byte, 0, n*(160+len(text)+2*len(d.Reason)+len(d.AuditID))+len(refusedText))
 	if d.rpcBatch {
 		b = append(b, '[')
 	}
 	sep := false
-	for _, m := range d.rpc {
+	for i, m := range d.rpc {
 		if m.id == "" {
 			continue
 		}
@@ -392,6 +441,10 @@ func (d *Decision) MCPDenyBody() []byte {
 			b = append(b, ',')
 		}
 		sep = true
+		text := text
+		if i == d.rpcRefused {
+			text = refusedText
+		}
 		b = append(b, `{"jsonrpc":"2.0","id":`...)
 		b = append(b, m.id...)
 		if m.method == MCPToolsCall {
@@ -420,6 +473,14 @@ func (d *Decision) MCPDenyBody() []byte {
 func (d *Decision) mcpText() string {
 	return "The gate refused this tool call (" + d.Reason + ", audit id " + d.AuditID + "); it did not run. " +
 		mcpAdvice(d.Reason)
+}
+
+// mcpBatchText says, for the model, why a call of a batch was not run
+// when another call in the batch was refused.
+func (d *Decision) mcpBatchText() string {
+	return "The gate refused this batch because its message " + strconv.Itoa(d.rpcRefused) + " (counting from 0) was refused (" +
+		d.Reason + ", audit id " + d.AuditID + "); no call in it ran. " +
+		"Send this call again without the refused one."
 }
 
 // mcpAdvice is what the agent can do about a deny with this reason.

@@ -359,3 +359,27 @@ func TestMCPBatchOutcomes(t *testing.T) {
 		t.Fatalf("outcome frames %v, want one per tools/call", got)
 	}
 }
+
+// TestMCPBatchRefusedWholeSpendsNothing: a batch whose later call would be
+// refused is refused before an earlier call consumes its step, and each
+// answer says which call was refused.
+func TestMCPBatchRefusedWholeSpendsNothing(t *testing.T) {
+	e := mcpEnv(t, binding.ModeEnforce)
+	one := e.record(preflight.OutcomePass, "", step("s1", "tool.shell", nil))
+	call := toolsCall("1", "tool.shell", `{}`, one.PreflightID)
+	d := e.check(mcpPost(`[`+call+`,`+toolsCall("2", "tool.shell", `{}`, "")+`]`, map[string]string{binding.HeaderRequestID: "rd"}))
+	if d.Reason != preflight.ReasonPreflightRequired {
+		t.Fatalf("batch with an unpreflighted second call: %+v", d)
+	}
+	r := mcpDeny(t, &d, true)
+	if len(r) != 2 || !strings.Contains(r[0].Result.Content[0].Text, "its message 1 ") ||
+		strings.Contains(r[1].Result.Content[0].Text, "its message") {
+		t.Fatalf("batch answers %+v: the first should name message 1 as the refused one, the second be its own refusal", r)
+	}
+	if frames := e.decisionFrames(one.AuditID); len(frames) != 0 {
+		t.Fatalf("the refused batch recorded decisions under the preflight: %+v", frames)
+	}
+	if d = e.check(mcpPost(call, map[string]string{binding.HeaderRequestID: "re"})); !d.Allowed {
+		t.Fatalf("the first call alone after the refused batch: %+v, want its step still free", d)
+	}
+}
