@@ -7,11 +7,14 @@ import (
 )
 
 // ChainResolver answers whether an earlier decision is on record. The WAL
-// implements it: found means an autonomy.preflight frame exists under
-// auditID, passed that its outcome was pass. An error means the record
-// could not be read, and fails the evaluation closed.
+// implements it: found means an autonomy.preflight frame of tenant exists
+// under auditID ("" is a preflight with no tenant), passed that its
+// outcome was pass. Another tenant's decision is not found: a plan builds
+// only on its own tenant's decisions, and learns nothing of another's. An
+// error means the record could not be read, and fails the evaluation
+// closed.
 type ChainResolver interface {
-	ChainStatus(ctx context.Context, auditID string) (found bool, passed bool, err error)
+	ChainStatus(ctx context.Context, auditID, tenant string) (found bool, passed bool, err error)
 }
 
 // noDecisionChain is the evidence of the row when the request names no
@@ -31,6 +34,10 @@ func checkDecisionChain(e *evaluation) (Result, error) {
 		return Result{}, ErrNoChainResolver
 	}
 	r := newRow(ContractDecisionChainComplete)
+	tenant := ""
+	if e.env != nil {
+		tenant = e.env.TenantIDRef
+	}
 	var unverifiable []string
 	checked := make(map[string]bool, len(chain))
 	for i, id := range chain {
@@ -43,7 +50,7 @@ func checkDecisionChain(e *evaluation) (Result, error) {
 			continue
 		}
 		checked[id] = true
-		found, passed, err := e.chain.ChainStatus(e.ctx, id)
+		found, passed, err := e.chain.ChainStatus(e.ctx, id, tenant)
 		if err != nil {
 			return Result{}, fmt.Errorf("resolve decision chain %s: %w", id, err)
 		}

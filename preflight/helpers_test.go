@@ -163,7 +163,7 @@ type mapChain struct {
 	err error
 }
 
-func (m mapChain) ChainStatus(_ context.Context, id string) (bool, bool, error) {
+func (m mapChain) ChainStatus(_ context.Context, id, _ string) (bool, bool, error) {
 	if m.err != nil {
 		return false, false, m.err
 	}

@@ -414,7 +414,7 @@ func mustJSON(t *testing.T, v any) string {
 
 type panicChain struct{}
 
-func (panicChain) ChainStatus(context.Context, string) (bool, bool, error) {
+func (panicChain) ChainStatus(context.Context, string, string) (bool, bool, error) {
 	panic("resolver bug")
 }
 

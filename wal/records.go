@@ -371,9 +371,9 @@ func (db *DB) Idempotency(ctx context.Context, key string) (IdempotencyRecord, e
 	return r, err
 }
 
-// ChainStatus reports whether an autonomy.preflight frame exists under
-// auditID and whether its outcome was pass.
-func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error) {
+// ChainStatus reports whether an autonomy.preflight frame of tenant exists
+// under auditID and whether its outcome was pass (preflight.ChainResolver).
+func (db *DB) ChainStatus(ctx context.Context, auditID, tenant string) (found, passed bool, err error) {
 	if err := db.Trusted(); err != nil {
 		return false, false, err
 	}
@@ -386,7 +386,8 @@ func (db *DB) ChainStatus(ctx context.Context, auditID string) (found, passed bo
 			if err != nil {
 				return false, err
 			}
-			found, passed = true, a.Outcome == preflight.OutcomePass
+			found = a.Tenant == tenant
+			passed = found && a.Outcome == preflight.OutcomePass
 			return false, nil
 		})
 	})

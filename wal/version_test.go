@@ -59,7 +59,7 @@ func TestLogWrittenBeforeVersionsServes(t *testing.T) {
 	if d, err := db.Decision(ctx, pfFixture); err != nil || !json.Valid(d) || !bytes.Contains(d, []byte(pfFixture)) {
 		t.Fatalf("decision %s, %v", d, err)
 	}
-	if found, passed, err := db.ChainStatus(ctx, auFixture); err != nil || !found || !passed {
+	if found, passed, err := db.ChainStatus(ctx, auFixture, ""); err != nil || !found || !passed {
 		t.Fatalf("chain status %v %v %v", found, passed, err)
 	}
 	call, err := canon.Digest(map[string]any{"msg": "hi"})

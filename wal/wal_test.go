@@ -85,11 +85,11 @@ func TestRecordAndLookUp(t *testing.T) {
 	if err != nil || rec.PreflightID != "pf_one" {
 		t.Fatalf("idempotency = %+v, %v", rec, err)
 	}
-	found, passed, err := db.ChainStatus(ctx, "au_pf_one")
+	found, passed, err := db.ChainStatus(ctx, "au_pf_one", "")
 	if err != nil || !found || !passed {
 		t.Fatalf("chain status = %v %v %v", found, passed, err)
 	}
-	if found, _, _ := db.ChainStatus(ctx, "au_missing"); found {
+	if found, _, _ := db.ChainStatus(ctx, "au_missing", ""); found {
 		t.Fatal("missing audit id found")
 	}
 }

@@ -8,7 +8,8 @@
 // Every key starts with the configured prefix P (store.etcd.prefix):
 //
 //	P b/<preflight_id>                 binding: its record as JSON, a newline, the decision bytes as returned
-//	P a/<audit_id>                     the outcome of the preflight recorded under the audit id
+//	P a/<audit_id>                     the outcome of the preflight recorded under the audit id, then a
+//	                                   newline and its tenant when it has one
 //	P c/<preflight_id>/<step, 4 digits> consumed marker: JSON {"request_id","args_digest","at","replica"}
 //	P s/<session key>                  repair-session counters: JSON {"attempts","repair_from"}
 //	P i/<idempotency key>              idempotency record: JSON {"request_digest","preflight_id"}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -149,7 +150,7 @@ func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (w
 		ok, err := s.write(ctx, newCondWrite(cmps, func(l clientv3.OpOption) []clientv3.Op {
 			ops := []clientv3.Op{
 				clientv3.OpPut(s.p.binding(b.PreflightID), bindingValue, l),
-				clientv3.OpPut(s.p.audit(b.AuditID), string(b.Outcome), l),
+				clientv3.OpPut(s.p.audit(b.AuditID), auditValue(b.Outcome, b.Tenant), l),
 				clientv3.OpPut(s.p.frame(frame.AuditID, s.o.Replica, frame.Seq), frameValue, l),
 			}
 			if rec.SessionKey != "" {
@@ -379,9 +380,9 @@ func (s *Store) recentOf(ctx context.Context, id string) (recentBinding, error) 
 	return recentBinding{b: b, outputMaxBytes: limit}, nil
 }
 
-// ChainStatus reports whether a preflight was recorded under auditID and
-// whether it passed.
-func (s *Store) ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error) {
+// ChainStatus reports whether a preflight of tenant was recorded under
+// auditID and whether it passed (preflight.ChainResolver).
+func (s *Store) ChainStatus(ctx context.Context, auditID, tenant string) (found, passed bool, err error) {
 	v, err := s.get(ctx, s.p.audit(auditID))
 	if errors.Is(err, wal.ErrNotFound) {
 		return false, false, nil
@@ -389,7 +390,20 @@ func (s *Store) ChainStatus(ctx context.Context, auditID string) (found, passed 
 	if err != nil {
 		return false, false, err
 	}
-	return true, preflight.Outcome(v) == preflight.OutcomePass, nil
+	outcome, recorded, _ := strings.Cut(string(v), "\n")
+	if recorded != tenant {
+		return false, false, nil
+	}
+	return true, preflight.Outcome(outcome) == preflight.OutcomePass, nil
+}
+
+// auditValue is the value of P a/<audit_id>: the preflight's outcome,
+// followed by a newline and its tenant when it has one.
+func auditValue(outcome preflight.Outcome, tenant string) string {
+	if tenant == "" {
+		return string(outcome)
+	}
+	return string(outcome) + "\n" + tenant
 }
 
 // Session returns a repair session's counters; the zero Session when none.

@@ -573,3 +573,35 @@ func checkFrameHashes(t *testing.T, body []byte) {
 		}
 	}
 }
+
+// TestDecisionChainStaysInItsTenant: a plan builds only on decisions of its
+// own tenant. Another tenant's audit id is not on record for it (and so
+// says nothing of whether that decision exists or passed).
+func TestDecisionChainStaysInItsTenant(t *testing.T) {
+	f := newFixture(t)
+	cited := mustDecision(t, f.post(readRequest(t, "refund_pass")))
+	if cited.Outcome != "pass" {
+		t.Fatalf("the cited preflight: %s, want pass", cited.Outcome)
+	}
+	chainRow := func(tenant, key string) row {
+		t.Helper()
+		d := mustDecision(t, f.post(edit(t, "refund_pass", map[string]any{
+			"/context/request/tenant/idRef":   tenant,
+			"/context/request/idempotencyKey": key,
+			"/context/decision_chain":         []string{cited.AuditID},
+		})))
+		for _, r := range d.ContractResults {
+			if r.Contract == "decision_chain_complete" {
+				return r
+			}
+		}
+		t.Fatalf("no decision_chain_complete row in %+v", d)
+		return row{}
+	}
+	if r := chainRow("tenant:demo", "idem_chain_same"); r.Outcome != "pass" {
+		t.Errorf("citing its own tenant's pass: %+v, want pass", r)
+	}
+	if r := chainRow("tenant:other", "idem_chain_other"); r.Outcome != "fail" || r.Reason != "contract: decision_chain_incomplete" {
+		t.Errorf("citing another tenant's pass: %+v, want fail contract: decision_chain_incomplete", r)
+	}
+}

@@ -71,9 +71,10 @@ type Store interface {
 	// Decision returns the decision bytes of a preflight id exactly as they
 	// were recorded (GET /v1/preflight/{id} serves them byte for byte).
 	Decision(ctx context.Context, preflightID string) ([]byte, error)
-	// ChainStatus reports whether a preflight was recorded under auditID and
-	// whether its outcome was pass (contract 7, decision_chain_complete).
-	ChainStatus(ctx context.Context, auditID string) (found, passed bool, err error)
+	// ChainStatus reports whether a preflight of tenant ("" for none) was
+	// recorded under auditID and whether its outcome was pass (contract 7,
+	// decision_chain_complete); another tenant's is not found.
+	ChainStatus(ctx context.Context, auditID, tenant string) (found, passed bool, err error)
 
 	// Peek reports what Consume would do now, writing nothing. Its answer
 	// may be stale by the time it returns; only Consume decides.

@@ -130,7 +130,7 @@ func notFound(t *testing.T, open Opener) {
 	if sess, err := s.Session(ctx, "never-counted"); err != nil || sess != (wal.Session{}) {
 		t.Errorf("Session of an unknown key = %+v, %v; want the zero Session", sess, err)
 	}
-	if found, passed, err := s.ChainStatus(ctx, "au_statetest_never_recorded"); err != nil || found || passed {
+	if found, passed, err := s.ChainStatus(ctx, "au_statetest_never_recorded", ""); err != nil || found || passed {
 		t.Errorf("ChainStatus of an unknown audit id = %v, %v, %v; want false, false, nil", found, passed, err)
 	}
 }
@@ -159,13 +159,19 @@ func recordRoundTrip(t *testing.T, open Opener) {
 	if err != nil || string(raw) != string(dec) {
 		t.Errorf("Decision = %s, %v; want %s", raw, err, dec)
 	}
-	if found, passed, err := s.ChainStatus(ctx, b.AuditID); err != nil || !found || !passed {
+	if found, passed, err := s.ChainStatus(ctx, b.AuditID, b.Tenant); err != nil || !found || !passed {
 		t.Errorf("ChainStatus of a pass = %v, %v, %v; want true, true, nil", found, passed, err)
+	}
+	// Another tenant, or none, does not find it.
+	for _, other := range []string{"tenant:other", ""} {
+		if found, passed, err := s.ChainStatus(ctx, b.AuditID, other); err != nil || found || passed {
+			t.Errorf("ChainStatus of tenant %q's pass for tenant %q = %v, %v, %v; want false, false, nil", b.Tenant, other, found, passed, err)
+		}
 	}
 	deny := newBinding("refund.create")
 	deny.Outcome = preflight.OutcomeDeny
 	record(t, s, wal.PreflightRecord{Binding: deny})
-	if found, passed, err := s.ChainStatus(ctx, deny.AuditID); err != nil || !found || passed {
+	if found, passed, err := s.ChainStatus(ctx, deny.AuditID, deny.Tenant); err != nil || !found || passed {
 		t.Errorf("ChainStatus of a deny = %v, %v, %v; want true, false, nil", found, passed, err)
 	}
 }
