@@ -252,6 +252,9 @@ func TestHandler(t *testing.T) {
 			if w.Code != tc.status {
 				t.Fatalf("status %d, want %d (%s)", w.Code, tc.status, w.Body)
 			}
+			if got := w.Header().Get("WWW-Authenticate"); (tc.status == http.StatusUnauthorized) != (got != "") {
+				t.Errorf("WWW-Authenticate %q on a %d", got, tc.status)
+			}
 			if tc.code == "" || tc.method == "HEAD" {
 				return
 			}

@@ -96,6 +96,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tenant, all, ok = h.o.Access.Authorize(r)
 	}
 	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="autonomy"`)
 		h.message(w, http.StatusUnauthorized, "Not authorized",
 			"Reading audit records needs a valid bearer token (access.tokens_file), the same as GET /v1/audit.")
 		return

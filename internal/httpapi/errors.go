@@ -44,6 +44,10 @@ func writeErrors(w http.ResponseWriter, status int, errs []apiError) {
 	}
 	b, _ := json.Marshal(errorBody{Error: errs[0], Errors: errs})
 	w.Header().Set("Content-Type", contentTypeJSON)
+	if status == http.StatusUnauthorized {
+		// RFC 9110 §11.6.1: a 401 names the scheme it wants.
+		w.Header().Set("WWW-Authenticate", wwwAuthenticate)
+	}
 	// A 503 passes when the store or the verifier answers again; a
 	// service whose preflight is disabled by its mode does not change
 	// until it is reconfigured, so a retry would only meet it again.
@@ -64,6 +68,10 @@ func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string)
 	w.Header().Set("Allow", allow)
 	WriteError(w, http.StatusMethodNotAllowed, preflight.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 }
+
+// wwwAuthenticate is the challenge of every 401: a bearer token from
+// access.tokens_file.
+const wwwAuthenticate = `Bearer realm="autonomy"`
 
 // WriteError answers status with one non-retryable error about the whole
 // request (path ""), in the same body as this package's own errors. It is
