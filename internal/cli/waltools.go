@@ -23,7 +23,7 @@ func init() {
 }
 
 // walKinds are the frame kinds --kind accepts, also without "autonomy.".
-var walKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed}
+var walKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed, wal.KindOutcome, wal.KindApproval}
 
 // openWAL opens the log of --data-dir (or the config file's data_dir) for
 // reading only, so a copy or a backup the user may only read will do. The
@@ -205,7 +205,7 @@ after the last seq a previous export shipped.`,
 		},
 	}
 	cmd.Flags().StringVar(&since, "since", "", "only frames at or after this RFC 3339 time, or this long ago (e.g. 24h)")
-	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "only frames of this kind: preflight, decision, preflight_consumed (repeatable)")
+	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "only frames of this kind: preflight, decision, preflight_consumed, outcome, approval (repeatable)")
 	cmd.Flags().Uint64Var(&afterSeq, "after-seq", 0, "only frames after this seq")
 	return cmd
 }

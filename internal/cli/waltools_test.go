@@ -94,6 +94,7 @@ func TestWALExport(t *testing.T) {
 		"since an RFC 3339 time": {args: []string{"--since", time.Now().Add(-30 * 24 * time.Hour).UTC().Format(time.RFC3339)}, seqs: []uint64{4, 5, 6}},
 		"after a seq":            {args: []string{"--after-seq", "4"}, seqs: []uint64{5, 6}},
 		"unknown kind":           {args: []string{"--kind", "bogus"}, code: 1, err: `--kind "bogus" is not one of`},
+		"outcome and approval":   {args: []string{"--kind", "outcome,autonomy.approval"}, seqs: []uint64{}},
 		"bad since":              {args: []string{"--since", "yesterday"}, code: 1, err: `--since "yesterday"`},
 	}
 	for name, tc := range tests {

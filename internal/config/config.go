@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -373,6 +374,26 @@ func CheckListenAddr(a string) error {
 	return nil
 }
 
+// sameListener reports whether two checked listen addresses would take the
+// same socket: one unix path, or one port (not 0, which picks a free one)
+// on the same host or where either host is a wildcard.
+func sameListener(a, b string) bool {
+	pa, aUnix := SocketPath(a)
+	pb, bUnix := SocketPath(b)
+	if aUnix || bUnix {
+		return aUnix && bUnix && filepath.Clean(pa) == filepath.Clean(pb)
+	}
+	ha, porta, _ := net.SplitHostPort(a)
+	hb, portb, _ := net.SplitHostPort(b)
+	na, _ := net.LookupPort("tcp", porta)
+	nb, _ := net.LookupPort("tcp", portb)
+	if na == 0 || na != nb {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wildcard(ha) || wildcard(hb)
+}
+
 // Validate checks every value and returns an error naming the first bad key.
 func (c *Config) Validate() error {
 	var errs []error
@@ -494,10 +515,19 @@ func (c *Config) validateGate(bad badKey) {
 			bad(kv[0], "%q is not an HTTP header name: no request could carry it", h)
 		}
 	}
-	for _, kv := range [][2]string{{"http_addr", c.HTTPAddr}, {"grpc_addr", c.GRPCAddr}, {"gateway_addr", c.GatewayAddr}} {
-		if a := kv[1]; a != "" {
-			if err := CheckListenAddr(a); err != nil {
-				bad(kv[0], "%v", err)
+	listeners := [][2]string{{"http_addr", c.HTTPAddr}, {"grpc_addr", c.GRPCAddr}, {"gateway_addr", c.GatewayAddr}}
+	for i, kv := range listeners {
+		a := kv[1]
+		if a == "" {
+			continue
+		}
+		if err := CheckListenAddr(a); err != nil {
+			bad(kv[0], "%v", err)
+			continue
+		}
+		for _, prev := range listeners[:i] {
+			if prev[1] != "" && CheckListenAddr(prev[1]) == nil && sameListener(prev[1], a) {
+				bad(kv[0], "%q is also %s: each listener needs its own address", a, prev[0])
 			}
 		}
 	}

@@ -95,6 +95,12 @@ wal: {retention: 24h, store_raw_requests: true}
 		"grpc addr bad port":       {yaml: "grpc_addr: \"127.0.0.1:abc\"\n", wantErr: `grpc_addr: "127.0.0.1:abc" has no usable port`},
 		"grpc addr port too high":  {yaml: "grpc_addr: \"127.0.0.1:70000\"\n", wantErr: `grpc_addr: "127.0.0.1:70000" has no usable port`},
 		"grpc addr empty socket":   {yaml: "grpc_addr: \"unix:\"\n", wantErr: `grpc_addr: "unix:" names no socket path`},
+		"two listeners one port": {yaml: "http_addr: \"127.0.0.1:18999\"\ngrpc_addr: \"127.0.0.1:18999\"\n",
+			wantErr: `line 2: grpc_addr: "127.0.0.1:18999" is also http_addr`},
+		"a wildcard and a host on one port": {yaml: "http_addr: \":18999\"\ngateway_addr: \"127.0.0.1:18999\"\nupstream: http://127.0.0.1:1\n",
+			wantErr: `gateway_addr: "127.0.0.1:18999" is also http_addr`},
+		"one socket twice":         {yaml: "http_addr: \"unix:/tmp/a.sock\"\ngrpc_addr: \"unix:/tmp/./a.sock\"\n", wantErr: `grpc_addr: "unix:/tmp/./a.sock" is also http_addr`},
+		"port 0 twice is no clash": {yaml: "http_addr: \"127.0.0.1:0\"\ngrpc_addr: \"127.0.0.1:0\"\n", check: func(c Config) bool { return c.GRPCAddr == "127.0.0.1:0" }},
 		"trusted proxies": {yaml: "gate: {actor_header: x-autonomy-actor}\ngateway: {trusted_proxies: [10.0.0.7, \"192.168.0.0/16\", \"::1\"]}\n",
 			check: func(c Config) bool {
 				p, err := c.Gateway.TrustedProxyPrefixes()

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -158,6 +159,9 @@ func checkEndpoint(e string) error {
 		if u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			return fmt.Errorf("%q is not http(s)://host:port", e)
 		}
+		if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q has no usable port: 1 to 65535", e)
+		}
 	case "unix", "unixs":
 		if u.Host == "" && u.Path == "" {
 			return fmt.Errorf("%q names no socket", e)
@@ -181,6 +185,11 @@ func (c *Config) validateStore(bad badKey) {
 	}
 	if s.Backend == BackendBBolt && len(s.Etcd.Endpoints) > 0 {
 		bad("store.backend", "bbolt, yet store.etcd.endpoints are set: name one backend")
+	}
+	if len(s.Etcd.Endpoints) == 0 && c.src.line("store.etcd.endpoints") > 0 {
+		// A template that renders an empty list would otherwise turn a
+		// replica into a lone bbolt one that shares nothing.
+		bad("store.etcd.endpoints", "is an empty list: name at least one endpoint, or remove the key for the bbolt backend")
 	}
 	for _, e := range s.Etcd.Endpoints {
 		if err := checkEndpoint(e); err != nil {

@@ -39,6 +39,8 @@ store:
 		"etcd without endpoints": {yaml: "store: {backend: etcd}", wantErr: "line 1: store.backend: etcd needs store.etcd.endpoints"},
 		"bbolt with endpoints":   {yaml: "store: {backend: bbolt, etcd: {endpoints: [\"a:1\"]}}", wantErr: "store.backend: bbolt, yet"},
 		"bad endpoint scheme":    {yaml: "store: {etcd: {endpoints: [\"ftp://a:1\"]}}", wantErr: "store.etcd.endpoints: \"ftp://a:1\": the scheme"},
+		"endpoint port too high": {yaml: "store: {etcd: {endpoints: [\"http://127.0.0.1:99999\"]}}", wantErr: `store.etcd.endpoints: "http://127.0.0.1:99999" has no usable port`},
+		"empty endpoint list":    {yaml: "store:\n  etcd:\n    endpoints: []\n", wantErr: "line 3: store.etcd.endpoints: is an empty list"},
 		"endpoint without port":  {yaml: "store: {etcd: {endpoints: [\"http://a\"]}}", wantErr: "is not http(s)://host:port"},
 		"empty prefix":           {yaml: "store: {etcd: {prefix: \"\"}}", wantErr: "store.etcd.prefix: must be non-empty"},
 		"zero request timeout":   {yaml: "store: {etcd: {request_timeout: 0s}}", wantErr: "store.etcd.request_timeout: must be positive"},
