@@ -223,8 +223,9 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "verifier-unavailable") {
 		t.Fatalf("preflight with etcd down: %d %s, want 503 verifier-unavailable", status, body)
 	}
-	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz with etcd down: %d %s", status, body)
+	// The reason names etcd first, also while the log is held for it.
+	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"reason":"etcd: `) {
+		t.Fatalf("/readyz with etcd down: %d %s, want 503 naming etcd", status, body)
 	}
 	if n := len(r.LogLines("etcd unavailable; denying until it answers")); n != 1 {
 		t.Fatalf("%d log lines for etcd becoming unavailable, want 1:\n%s", n, r.Logs())
@@ -254,6 +255,23 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if last.Kind != wal.KindDecision || lastStatus != 503 || lastReason != "contract: verifier_unavailable" {
 		t.Fatalf("the last decision frame of a call answered 503 says %s %d %q (%d frames)", last.Kind, lastStatus, lastReason, len(frames))
 	}
+}
+
+// TestReplicaStartedWithEtcdDown: a replica started while etcd is down
+// listens, is unready with etcd named as the reason (not its log, which
+// waits for etcd to settle what a crash may have left), and serves once
+// etcd is up.
+func TestReplicaStartedWithEtcdDown(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	c.Members[0].Stop()
+	r := startReplicas(t, c.Endpoints(), 1)[0]
+	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"reason":"etcd: `) {
+		t.Fatalf("/readyz of a replica started with etcd down: %d %s, want 503 naming etcd", status, body)
+	}
+	if err := c.Members[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.waitReady(t, "etcd's start")
 }
 
 // TestReplicasOnEtcdBinary runs two replicas against an etcd server

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -141,6 +142,11 @@ func TestK8sReplicas(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil || cfg.StoreBackend() != config.BackendEtcd || cfg.ContractRefine.Mode != config.ModeEnforce {
 		t.Fatalf("autonomy.yaml in the ConfigMap: backend %s, mode %s, %v; want etcd, enforce, valid", cfg.StoreBackend(), cfg.ContractRefine.Mode, err)
+	}
+	// Envoy's ext_authz timeout (envoy.yaml, pod.yaml) is 2s: a consume
+	// etcd answers just under request_timeout must still reach it in time.
+	if d := cfg.Store.Etcd.RequestTimeout; d >= 2*time.Second {
+		t.Errorf("store.etcd.request_timeout %s, want it under Envoy's ext_authz timeout of 2s", d)
 	}
 	var hosts []string
 	for _, e := range cfg.Store.Etcd.Endpoints {

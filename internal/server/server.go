@@ -439,11 +439,21 @@ func (s *Server) probe(ctx context.Context) error {
 		err = errors.New("no policy bundle loaded")
 	} else if derr := b.Decides(ctx, string(s.cfg.ContractRefine.Mode), s.cfg.Gate.Path); derr != nil {
 		err = derr
-	} else if perr := s.db.Probe(ctx); perr != nil {
-		err = fmt.Errorf("wal cannot write: %w", perr)
-	} else if s.etcd != nil {
-		if eerr := s.etcd.Probe(ctx); eerr != nil {
+	} else {
+		perr := s.db.Probe(ctx)
+		var eerr error
+		if s.etcd != nil {
+			eerr = s.etcd.Probe(ctx)
+		}
+		switch {
+		case eerr != nil && perr != nil:
+			// A log held until etcd settles its copies is etcd's doing:
+			// name the cause first.
+			err = fmt.Errorf("etcd: %w (the wal cannot write meanwhile: %v)", eerr, perr)
+		case eerr != nil:
 			err = fmt.Errorf("etcd: %w", eerr)
+		case perr != nil:
+			err = fmt.Errorf("wal cannot write: %w", perr)
 		}
 	}
 	was := s.ready.Swap(err == nil)
