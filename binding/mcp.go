@@ -1,6 +1,7 @@
 package binding
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -63,9 +65,11 @@ func (g *Gate) readMCP(c *call) error {
 	}
 	doc, err := parseBody(body)
 	if err != nil {
+		c.rpc = peekRefused(body)
 		return err
 	}
 	if err := checkValues(doc); err != nil {
+		c.rpc = peekRefused(body)
 		return fmt.Errorf("body is ambiguous: %w", err)
 	}
 	if c.rpc, err = readRPC(doc); err != nil {
@@ -361,6 +365,51 @@ func idKey(text string) (key string, ok bool) {
 		return "null", true
 	}
 	return text, false
+}
+
+// peekRefused reads the id and method of a single message the strict read
+// refused (a member named twice, a value after the message), so that its
+// refusal is answered to its id as MCP asks rather than as a transport
+// error. Only a top-level object whose "id" and "method" each appear once,
+// also counting spellings that differ in case only (readers that match
+// names without regard to case would take either), the id a string or a
+// number, has them; anything else has no id, and its refusal is the
+// /v1/tool 403.
+func peekRefused(body []byte) rpcMessage {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return rpcMessage{}
+	}
+	var m rpcMessage
+	ids, methods := 0, 0
+	for dec.More() {
+		name, err := dec.Token()
+		if err != nil {
+			return rpcMessage{}
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return rpcMessage{}
+		}
+		key, _ := name.(string)
+		switch {
+		case strings.EqualFold(key, "id"):
+			ids++
+			if !utf8.Valid(v) || len(v) == 0 || (v[0] != '"' && v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+				return rpcMessage{}
+			}
+			m.id = string(v)
+		case strings.EqualFold(key, "method"):
+			methods++
+			if json.Unmarshal(v, &m.method) != nil || !utf8.ValidString(m.method) {
+				return rpcMessage{}
+			}
+		}
+	}
+	if ids != 1 || methods != 1 {
+		return rpcMessage{}
+	}
+	return m
 }
 
 // peekRPC reads the id and method of a batch message to answer it, without

@@ -195,7 +195,9 @@ func TestMCPMalformed(t *testing.T) {
 		"two preflight ids": {body: toolsCall("1", "tool.echo", `{}`, b.PreflightID),
 			headers: map[string]string{binding.HeaderPreflightID: "pf_" + strings.Repeat("0", 20)}, answered: true},
 		"name spelt otherwise": {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"Name":"tool.echo"}}`, answered: true},
-		"duplicate name":       {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool.echo","name":"tool.shell"}}`},
+		"duplicate name":       {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool.echo","name":"tool.shell"}}`, answered: true},
+		"a value after it":     {body: toolsCall("7", "tool.echo", `{}`, "") + `{}`, answered: true},
+		"id twice":             {body: `{"jsonrpc":"2.0","id":1,"ID":2,"method":"tools/call","params":{"name":"tool.echo"}}`},
 		"method twice":         {body: `{"jsonrpc":"2.0","id":1,"method":"tools/list","METHOD":"tools/call","params":{"name":"tool.shell"}}`},
 	} {
 		t.Run(name, func(t *testing.T) {
