@@ -16,8 +16,8 @@ import (
 // a decoding error does, and a decoding error (a value of the wrong type,
 // which yaml reports by line only) names its key.
 type source struct {
-	keyLine map[string]int    // dotted key path → line of the key
-	valueAt map[int]string    // line → dotted key path of the first scalar value on it
+	keyLine map[string]int       // dotted key path → line of the key
+	valueAt map[int][]valueEntry // line → the values on it, in the file's order
 	floats  map[string]string // dotted key path → a value written with a fraction or exponent
 	// nulls are the keys written with no value (null, ~ or nothing), in
 	// the file's order.
@@ -34,7 +34,7 @@ func indexLines(b []byte) *source {
 	if err := yaml.Unmarshal(b, &doc); err != nil || len(doc.Content) == 0 {
 		return nil
 	}
-	s := &source{keyLine: map[string]int{}, valueAt: map[int]string{}, floats: map[string]string{}}
+	s := &source{keyLine: map[string]int{}, valueAt: map[int][]valueEntry{}, floats: map[string]string{}}
 	s.walk(doc.Content[0], "")
 	return s
 }
@@ -50,9 +50,7 @@ func (s *source) walk(n *yaml.Node, prefix string) {
 			path = prefix + "." + k.Value
 		}
 		s.keyLine[path] = k.Line
-		if _, taken := s.valueAt[v.Line]; !taken && v.Kind != yaml.MappingNode {
-			s.valueAt[v.Line] = path
-		}
+		s.valueAt[v.Line] = append(s.valueAt[v.Line], valueEntry{path: path, tag: v.ShortTag(), value: v.Value})
 		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
 			s.floats[path] = v.Value
 		}
@@ -84,10 +82,19 @@ func (s *source) line(key string) int {
 	return s.keyLine[key]
 }
 
-var typeErrorRE = regexp.MustCompile(`(?m)^line (\d+): (cannot unmarshal)`)
+// valueEntry is one key's value as the file wrote it.
+type valueEntry struct {
+	path, tag, value string
+}
+
+// typeErrorRE matches yaml's "line N: cannot unmarshal !!tag `value` into
+// T", whose value yaml cuts to seven characters and "..." past ten.
+var typeErrorRE = regexp.MustCompile("(?m)^line (\\d+): (cannot unmarshal) (\\S+)(?: `([^`]*)`)?")
 
 // nameKeys adds the key to each "line N: cannot unmarshal …" of a decoding
-// error.
+// error: the key on that line whose value has the tag and text the error
+// names (several keys share a line in a flow mapping such as
+// {mode: enforce, binding_window: 300}), else the first value on it.
 func (s *source) nameKeys(err error) error {
 	if s == nil || err == nil {
 		return err
@@ -95,12 +102,44 @@ func (s *source) nameKeys(err error) error {
 	msg := typeErrorRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
 		sub := typeErrorRE.FindStringSubmatch(m)
 		n, _ := strconv.Atoi(sub[1])
-		if key, ok := s.valueAt[n]; ok {
-			return "line " + sub[1] + ": " + key + ": " + sub[2]
+		key, ok := s.keyOf(n, sub[3], sub[4])
+		if !ok {
+			return m
 		}
-		return m
+		return "line " + sub[1] + ": " + key + ": " + strings.TrimPrefix(m, "line "+sub[1]+": ")
 	})
 	return errors.New(strings.TrimSpace(msg))
+}
+
+// keyOf is the key of the value on line n with the tag and text a type
+// error names.
+func (s *source) keyOf(n int, tag, text string) (string, bool) {
+	entries := s.valueAt[n]
+	if len(entries) == 0 {
+		return "", false
+	}
+	// A mapping or sequence on the line may be a parent's too (a flow
+	// mapping's key whose value starts there): the innermost, the last,
+	// is the one whose type was wrong.
+	found, last := "", tag == "!!map" || tag == "!!seq"
+	cut, short := strings.CutSuffix(text, "...")
+	for _, e := range entries {
+		if e.tag == tag && (e.value == text || (short && strings.HasPrefix(e.value, cut))) {
+			found = e.path
+			if !last {
+				break
+			}
+		}
+	}
+	if found != "" {
+		return found, true
+	}
+	for _, e := range entries {
+		if e.tag != "!!map" {
+			return e.path, true
+		}
+	}
+	return entries[0].path, true
 }
 
 // unsetByEmpty are the keys whose "" would quietly turn something off or
