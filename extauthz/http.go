@@ -78,7 +78,14 @@ var (
 	// errOriginConflict: a forward-auth check carries both header pairs
 	// and they name different requests.
 	errOriginConflict = errors.New("extauthz: X-Forwarded-Method/-Uri and X-Original-Method/-URI name different requests")
+	// errOriginRepeated: a forward-auth header naming the original method
+	// or URI comes more than once; one of them may be the client's.
+	errOriginRepeated = errors.New("extauthz: a forwarded method or URI header is given more than once")
 )
+
+// originHeaders are the headers that name the request a forward-auth check
+// is about.
+var originHeaders = []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
 
 // RequestFromHTTP builds the gate's view of a check arriving over HTTP. The
 // original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
@@ -104,13 +111,21 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	om, ou := headers["x-original-method"], headers["x-original-uri"]
 	forwarded, original := fm != "" || fu != "", om != "" || ou != ""
 	var originErr error
+	for _, h := range originHeaders {
+		if len(r.Header.Values(h)) > 1 {
+			// Joined, the values would name no request the gate knows
+			// (a path "/healthz,/v1/tool" is not the gated one) and the
+			// call would pass as ungated.
+			originErr = errOriginRepeated
+		}
+	}
 	switch {
 	case forwarded:
 		method, uri = fm, fu
 		// A proxy sets one pair and passes the client's headers on, so a
 		// second pair that tells another story may be the client's: the
 		// request is refused rather than checked as either.
-		if original && (fm != om || fu != ou) {
+		if original && (fm != om || fu != ou) && originErr == nil {
 			originErr = errOriginConflict
 		}
 	case original:

@@ -240,3 +240,37 @@ func TestHTTPCheckLimitsAndPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPCheckRepeatedOriginHeader: a forwarded method or URI header given
+// twice may be one the client sent beside the proxy's; joined, the values
+// name no gated request and the call would pass as ungated. It is refused.
+func TestHTTPCheckRepeatedOriginHeader(t *testing.T) {
+	e := newEnv(t, binding.ModeEnforce, func(o *binding.Options) { o.KindHeader = "x-tool-kind" })
+	base := serveHTTP(t, e.gate)
+	for name, h := range map[string][][2]string{
+		"X-Original-URI twice":     {{"X-Original-URI", "/healthz"}, {"X-Original-URI", "/v1/tool"}, {"X-Original-Method", "POST"}},
+		"X-Original-Method twice":  {{"X-Original-URI", "/v1/tool"}, {"X-Original-Method", "GET"}, {"X-Original-Method", "POST"}},
+		"X-Forwarded-Uri twice":    {{"X-Forwarded-Uri", "/v1/tool"}, {"X-Forwarded-Uri", "/healthz"}, {"X-Forwarded-Method", "POST"}},
+		"X-Forwarded-Method twice": {{"X-Forwarded-Uri", "/v1/tool"}, {"X-Forwarded-Method", "POST"}, {"X-Forwarded-Method", "GET"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, base+"/v1/authz/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Tool-Kind", "tool.shell")
+			for _, kv := range h {
+				req.Header.Add(kv[0], kv[1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || decodeDeny(t, body).Error.Reason != "gate: malformed_tool_call" {
+				t.Fatalf("%d %s, want 403 gate: malformed_tool_call", resp.StatusCode, body)
+			}
+		})
+	}
+}

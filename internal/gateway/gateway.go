@@ -206,7 +206,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(k, v)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(req.Body))
-	r.ContentLength = int64(len(req.Body))
+	// Replayed with its length: a chunked client body would otherwise go
+	// on chunked, and a runtime that reads only Content-Length would get
+	// none of the args the gate judged.
+	r.ContentLength, r.TransferEncoding = int64(len(req.Body)), nil
 	r.Trailer = nil
 	if g.o.Judge != nil && d.Gated {
 		x := &binding.Exchange{Request: req, Decision: &d, ReportedBy: wal.ReporterGateway}

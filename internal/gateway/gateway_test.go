@@ -39,6 +39,8 @@ type upstreamSeen struct {
 	path, requestID, auditID, forwardedURI, body string
 	expect                                       string
 	trailer                                      http.Header
+	contentLength                                int64
+	transferEncoding                             []string
 }
 
 func newGateway(t *testing.T, allow bool, opts ...func(*Options)) (*recordingGate, *httptest.Server, chan upstreamSeen) {
@@ -48,7 +50,7 @@ func newGateway(t *testing.T, allow bool, opts ...func(*Options)) (*recordingGat
 		b, _ := io.ReadAll(r.Body)
 		seen <- upstreamSeen{path: r.URL.Path, requestID: r.Header.Get("X-Request-Id"),
 			auditID: r.Header.Get("X-Autonomy-Audit-Id"), forwardedURI: r.Header.Get("X-Forwarded-Uri"), body: string(b),
-			expect: r.Header.Get("Expect"), trailer: r.Trailer}
+			expect: r.Header.Get("Expect"), trailer: r.Trailer, contentLength: r.ContentLength, transferEncoding: r.TransferEncoding}
 		w.Write([]byte("upstream"))
 	}))
 	t.Cleanup(up.Close)
@@ -264,6 +266,10 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 		u := <-seen
 		if len(u.trailer) != 0 || u.expect != "" || u.body != `{"kind":"tool.echo"}` || u.auditID != "au_test" {
 			t.Errorf("upstream got trailer %v, Expect %q, body %q, audit id %q", u.trailer, u.expect, u.body, u.auditID)
+		}
+		// The body the gate read is replayed with its length.
+		if u.contentLength != int64(len(`{"kind":"tool.echo"}`)) || len(u.transferEncoding) != 0 {
+			t.Errorf("upstream got Content-Length %d and Transfer-Encoding %v, want the body's length and no chunking", u.contentLength, u.transferEncoding)
 		}
 	})
 	t.Run("upgrades are refused", func(t *testing.T) {
