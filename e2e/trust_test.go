@@ -88,6 +88,11 @@ func TestServeRefusesATamperedLog(t *testing.T) {
 				t.Fatalf("log lines naming the seq: %v\n%s", lines, s.Logs())
 			}
 			seq := uint64(lines[0]["seq"].(float64))
+			// That one line, not a compaction error beside it: compaction
+			// waits for a verified log.
+			if n := len(s.LogLines("wal compaction failed")); n != 0 {
+				t.Errorf("%d \"wal compaction failed\" lines on a log that failed verification", n)
+			}
 			metrics := getText(t, s.URL("/metrics"))
 			for _, want := range []string{"autonomy_wal_verified 0", fmt.Sprintf("autonomy_wal_verify_failed_seq %d", seq)} {
 				if !strings.Contains(metrics, want+"\n") {

@@ -67,7 +67,9 @@ func (db *DB) Frames(ctx context.Context, filter ExportFilter, fn func(*Frame) e
 }
 
 // frames calls fn with the selected frames of each read transaction of up
-// to exportChunk frames.
+// to exportChunk frames. A frame that does not decode ends the walk with
+// its error, after fn has had the frames before it: on a damaged log those
+// are what an operator can still take out.
 func (db *DB) frames(ctx context.Context, filter ExportFilter, fn func([]Frame) error) error {
 	next := filter.AfterSeq + 1
 	var chunk []Frame
@@ -77,6 +79,7 @@ func (db *DB) frames(ctx context.Context, filter ExportFilter, fn func([]Frame) 
 		}
 		chunk = chunk[:0]
 		done := false
+		var bad error
 		err := db.View(func(tx *Tx) error {
 			c := tx.btx.Bucket(bucketFrames).Cursor()
 			start := seqKey(next)
@@ -88,7 +91,8 @@ func (db *DB) frames(ctx context.Context, filter ExportFilter, fn func([]Frame) 
 				}
 				f, err := DecodeFrame(v)
 				if err != nil {
-					return fmt.Errorf("frame under key %x: %w", k, err)
+					bad = fmt.Errorf("frame under key %x: %w", k, err)
+					return nil
 				}
 				next = f.Seq + 1
 				if filter.keeps(&f) {
@@ -105,6 +109,9 @@ func (db *DB) frames(ctx context.Context, filter ExportFilter, fn func([]Frame) 
 			if err := fn(chunk); err != nil {
 				return err
 			}
+		}
+		if bad != nil {
+			return bad
 		}
 		if done {
 			return nil

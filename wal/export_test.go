@@ -82,3 +82,23 @@ func exportedSeqs(t *testing.T, out []byte) []uint64 {
 	}
 	return seqs
 }
+
+// TestExportUpToADamagedFrame: a frame that does not decode ends the export
+// with an error naming it, after the frames before it were written.
+func TestExportUpToADamagedFrame(t *testing.T) {
+	l := writeCompactLog(t, nil)
+	key := seqKey(5)
+	if err := l.db.Update(context.Background(), func(tx *Tx) error {
+		return tx.btx.Bucket(bucketFrames).Put(key[:], []byte(`{"seq":5,,`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	n, err := l.db.Export(context.Background(), &out, ExportFilter{})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("0000000000000005")) {
+		t.Fatalf("export over a damaged frame: %v, want an error naming its key", err)
+	}
+	if got := exportedSeqs(t, out.Bytes()); n != 4 || !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("exported %d frames %v before the damaged one, want 1 to 4", n, got)
+	}
+}

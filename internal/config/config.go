@@ -561,6 +561,9 @@ func (c *Config) validateEdges(bad badKey) {
 	if c.Upstream != "" {
 		if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("upstream", "%q is not an http(s) URL", c.Upstream)
+		} else if u.User != nil {
+			// The gateway never sends them, and the URL is logged.
+			bad("upstream", "carries credentials (user:password@), which the gateway does not send; remove them")
 		}
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {

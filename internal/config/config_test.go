@@ -95,6 +95,8 @@ wal: {retention: 24h, store_raw_requests: true}
 		"grpc addr bad port":       {yaml: "grpc_addr: \"127.0.0.1:abc\"\n", wantErr: `grpc_addr: "127.0.0.1:abc" has no usable port`},
 		"grpc addr port too high":  {yaml: "grpc_addr: \"127.0.0.1:70000\"\n", wantErr: `grpc_addr: "127.0.0.1:70000" has no usable port`},
 		"grpc addr empty socket":   {yaml: "grpc_addr: \"unix:\"\n", wantErr: `grpc_addr: "unix:" names no socket path`},
+		"upstream with credentials": {yaml: "gateway_addr: \"127.0.0.1:0\"\nupstream: \"http://u:secret@127.0.0.1:9\"\n",
+			wantErr: `line 2: upstream: carries credentials`},
 		"two listeners one port": {yaml: "http_addr: \"127.0.0.1:18999\"\ngrpc_addr: \"127.0.0.1:18999\"\n",
 			wantErr: `line 2: grpc_addr: "127.0.0.1:18999" is also http_addr`},
 		"a wildcard and a host on one port": {yaml: "http_addr: \":18999\"\ngateway_addr: \"127.0.0.1:18999\"\nupstream: http://127.0.0.1:1\n",

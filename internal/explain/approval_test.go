@@ -109,6 +109,9 @@ func TestExplainApprovalForm(t *testing.T) {
 	if status, body := postForm(t, base+action, form, map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}); status != http.StatusForbidden {
 		t.Fatalf("cross-site post: %d %s", status, body)
 	}
+	if status, body := postForm(t, base+action, form, map[string]string{"Sec-Fetch-Site": "none"}); status != http.StatusForbidden {
+		t.Fatalf("post the browser marks Sec-Fetch-Site: none: %d %s, want 403 (only same-origin posts)", status, body)
+	}
 	if status, body := postForm(t, base+action, url.Values{"decision": {"approve"}}, nil); status != http.StatusUnauthorized {
 		t.Fatalf("post without a token: %d %s", status, body)
 	}

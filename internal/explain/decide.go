@@ -90,8 +90,9 @@ func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "same-origin":
 		return false
-	case "", "none":
+	case "":
 	default:
+		// "none" too: a form posted from the page is same-origin.
 		return true
 	}
 	if o := r.Header.Get("Origin"); o != "" {

@@ -721,6 +721,12 @@ func (s *Server) startCompaction(ctx context.Context) (stop func()) {
 // compactOnce removes the frames older than wal.retention.
 func (s *Server) compactOnce(ctx context.Context) {
 	rep, err := s.db.Compact(ctx, s.now().Add(-s.cfg.WAL.Retention))
+	if errors.Is(err, wal.ErrUnverified) || errors.Is(err, wal.ErrVerifying) {
+		// Compaction waits for a verified log; a failed verification was
+		// logged once, when it was found.
+		s.log.Debug("wal compaction skipped", "err", err)
+		return
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("wal compaction failed", "err", err, "frames_removed", rep.Frames)

@@ -10,10 +10,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -148,7 +150,7 @@ func (n *Notifier) send(b []byte) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.o.Client.Do(req)
 	if err != nil {
-		return err
+		return redactURL(err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
@@ -156,6 +158,21 @@ func (n *Notifier) send(b []byte) error {
 		return fmt.Errorf("webhook answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// redactURL keeps the webhook's URL out of a transport error, which is
+// logged: chat webhooks carry their secret in the path or the query. The
+// error names the scheme and host only.
+func redactURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	where := "the webhook"
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		where = u.Scheme + "://" + u.Host
+	}
+	return fmt.Errorf("%s %s: %w", ue.Op, where, ue.Err)
 }
 
 func (n *Notifier) result(r string) {

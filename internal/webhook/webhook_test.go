@@ -1,10 +1,13 @@
 package webhook_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,4 +124,26 @@ func TestNotifyNeverBlocks(t *testing.T) {
 	}
 	close(release)
 	n.Close()
+}
+
+// TestErrorsKeepTheURLSecret: a chat webhook carries its secret in the
+// path or the query; the line logged when delivery fails names the host
+// only.
+func TestErrorsKeepTheURLSecret(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	closed := srv.URL
+	srv.Close() // nothing listens there now: every attempt is a transport error
+	var logs bytes.Buffer
+	res := newResults()
+	n := webhook.New(webhook.Options{URL: closed + "/services/T0/B0/PATHSECRET?token=QUERYSECRET", Retries: 0,
+		Timeout: time.Second, Backoff: time.Millisecond, Delivered: res.add, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	defer n.Close()
+	n.Notify("x")
+	if got := res.next(t); got != "failed" {
+		t.Fatalf("result %q, want failed", got)
+	}
+	host := strings.TrimPrefix(closed, "http://")
+	if line := logs.String(); strings.Contains(line, "SECRET") || !strings.Contains(line, host) {
+		t.Fatalf("log %s: want the host %s named and no part of the path or query", line, host)
+	}
 }
