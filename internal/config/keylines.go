@@ -18,7 +18,7 @@ import (
 type source struct {
 	keyLine map[string]int       // dotted key path → line of the key
 	valueAt map[int][]valueEntry // line → the values on it, in the file's order
-	floats  map[string]string // dotted key path → a value written with a fraction or exponent
+	floats  map[string]string    // dotted key path → a value written with a fraction or exponent
 	// nulls are the keys written with no value (null, ~ or nothing), in
 	// the file's order.
 	nulls []string
