@@ -137,3 +137,19 @@ func TestTablesShowNoControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditTableShowsApprovals: an approval row says what was decided, on
+// which step and by whom.
+func TestAuditTableShowsApprovals(t *testing.T) {
+	attrs, _ := json.Marshal(wal.ApprovalAttrs{Approver: "alice-token", Decision: "reject", PreflightID: "pf_x",
+		StepID: "s2", ToolKind: "pay.send", Roles: []string{"role:payment-approver"}})
+	var table bytes.Buffer
+	if err := PrintAuditTable(&table, "au_x", []wal.Frame{{Seq: 3, Kind: wal.KindApproval, Timestamp: "2026-06-23T14:29:00Z", Attrs: attrs}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"approval", "reject", "pf_x step s2 tool pay.send by alice-token"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("approval row lacks %q:\n%s", want, table.String())
+		}
+	}
+}

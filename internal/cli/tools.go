@@ -225,7 +225,7 @@ func auditRow(f *wal.Frame) (outcome, reason, detail string) {
 		return "", "", a.PreflightID
 	case wal.KindApproval:
 		a, _ := f.Approval()
-		return "", "", a.PreflightID
+		return a.Decision, "", fmt.Sprintf("%s step %s tool %s by %s", a.PreflightID, a.StepID, a.ToolKind, a.Approver)
 	}
 	return "", "", ""
 }
