@@ -367,6 +367,63 @@ func idKey(text string) (key string, ok bool) {
 	return text, false
 }
 
+// sseAnswer is the data of the one event of an SSE stream (text/event-stream)
+// that is the JSON-RPC answer to the request with id: an object with that
+// id and a result or an error. Progress notifications and requests the
+// server sent before it are other events. It reports false when body is not
+// such a stream, or no single event is that answer.
+func sseAnswer(body []byte, id string) ([]byte, bool) {
+	want, ok := idKey(id)
+	if !ok || len(body) == 0 || body[0] == '{' || body[0] == '[' {
+		return nil, false
+	}
+	var found []byte
+	matches := 0
+	var data []byte
+	hasData := false
+	dispatch := func() {
+		if hasData {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(data, &m) == nil && m["id"] != nil && (m["result"] != nil || m["error"] != nil) {
+				if k, ok := idKey(string(m["id"])); ok && k == want {
+					found = append([]byte(nil), data...)
+					matches++
+				}
+			}
+		}
+		data, hasData = data[:0], false
+	}
+	for len(body) > 0 {
+		// A line ends at CRLF, LF or CR (the event stream format).
+		var line []byte
+		i := bytes.IndexAny(body, "\r\n")
+		switch {
+		case i < 0:
+			line, body = body, nil
+		case body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n':
+			line, body = body[:i], body[i+2:]
+		default:
+			line, body = body[:i], body[i+1:]
+		}
+		switch {
+		case len(line) == 0:
+			dispatch()
+		case line[0] == ':':
+		default:
+			field, value, _ := bytes.Cut(line, []byte(":"))
+			if string(field) == "data" {
+				value = bytes.TrimPrefix(value, []byte(" "))
+				if hasData {
+					data = append(data, '\n')
+				}
+				data, hasData = append(data, value...), true
+			}
+		}
+	}
+	dispatch()
+	return found, matches == 1
+}
+
 // peekRefused reads the id and method of a single message the strict read
 // refused (a member named twice, a value after the message), so that its
 // refusal is answered to its id as MCP asks rather than as a transport

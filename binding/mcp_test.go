@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -383,5 +384,46 @@ func TestMCPBatchRefusedWholeSpendsNothing(t *testing.T) {
 	}
 	if d = e.check(mcpPost(call, map[string]string{binding.HeaderRequestID: "re"})); !d.Allowed {
 		t.Fatalf("the first call alone after the refused batch: %+v, want its step still free", d)
+	}
+}
+
+// TestMCPOutcomeOfAnSSEAnswer: a tools/call answered as an SSE stream (the
+// SDKs' servers' default) is judged on the event that answers its id, not
+// on null: progress notifications before it are other events.
+func TestMCPOutcomeOfAnSSEAnswer(t *testing.T) {
+	b := postconditionBundle(t, "tool.echo", "result.result.content[0].text != 'bad'")
+	e := newEnv(t, b, binding.ModeEnforce, func(o *binding.Options) { o.Protocol, o.Path = binding.ProtocolMCP, "/mcp" })
+	stream := func(id, text string) string {
+		return ": keep-alive\r\n" +
+			"event: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\r\n\r\n" +
+			"event: message\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":" + id + ",\n" +
+			"data: \"result\":{\"content\":[{\"type\":\"text\",\"text\":" + mustJSON(text) + "}]}}\n\n"
+	}
+	for i, tc := range []struct {
+		text, body string
+		release    bool
+		reason     string
+	}{
+		{text: "ok", release: true, reason: "outcome: ok"},
+		{text: "bad", release: false, reason: "clause: postcondition_violated"},
+	} {
+		req := mcpPost(toolsCall("1", "tool.echo", `{}`, ""), map[string]string{binding.HeaderRequestID: "sse-" + strconv.Itoa(i)})
+		d := e.check(req)
+		v := e.gate.Outcome(context.Background(), &binding.Exchange{Request: req, Decision: &d,
+			Response: binding.Response{Status: http.StatusOK, Body: []byte(stream("1", tc.text))}})
+		if v.Release != tc.release || v.Attrs.Reason != tc.reason || !v.Attrs.ResultJSON {
+			t.Errorf("answer %q: release %v, reason %s, result JSON %v; want %v, %s, true", tc.text, v.Release, v.Attrs.Reason, v.Attrs.ResultJSON, tc.release, tc.reason)
+		}
+	}
+	// Another id's answer, or two answers to this id, is no answer: result
+	// is null and the postcondition cannot hold.
+	for name, body := range map[string]string{"another id": stream("2", "ok"), "answered twice": stream("1", "ok") + stream("1", "ok")} {
+		req := mcpPost(toolsCall("1", "tool.echo", `{}`, ""), map[string]string{binding.HeaderRequestID: "sse-" + name})
+		d := e.check(req)
+		v := e.gate.Outcome(context.Background(), &binding.Exchange{Request: req, Decision: &d,
+			Response: binding.Response{Status: http.StatusOK, Body: []byte(body)}})
+		if v.Release || v.Attrs.ResultJSON {
+			t.Errorf("%s: release %v, result JSON %v; want refused on a null result", name, v.Release, v.Attrs.ResultJSON)
+		}
 	}
 }

@@ -355,7 +355,14 @@ func (g *Gate) judgeable(c *call, d *Decision, x *Exchange, pol Policy) error {
 // preflight's output contract on the response, in that order.
 func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchange, pol Policy, attrs *wal.OutcomeAttrs) ([]wal.OutcomeClause, error) {
 	var clauses []wal.OutcomeClause
-	result, isJSON := DecodeResult(x.Response.Body)
+	body := x.Response.Body
+	if g.o.Protocol == ProtocolMCP && c.rpc.id != "" {
+		// The SDKs' servers answer a tools/call as an SSE stream by default.
+		if m, ok := sseAnswer(body, c.rpc.id); ok {
+			body = m
+		}
+	}
+	result, isJSON := DecodeResult(body)
 	attrs.ResultJSON = isJSON
 	if oc, ok := pol.Clauses().(preflight.OutcomeClauses); ok {
 		for _, cr := range oc.After(c.kind, preflight.AfterCall{Args: c.argsMap, Result: result, Status: x.Response.Status}) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,6 +144,7 @@ func New(o Options) *Gateway {
 // read once for the check (up to MaxBodyBytes) and replayed to the
 // upstream; the response streams back.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	if err := normalizePath(r.URL); err != nil {
 		g.writeError(w, http.StatusBadRequest, preflight.CodePathRejected, preflight.ReasonGatewayEscapedSlash)
 		return
@@ -214,17 +217,50 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.o.Judge != nil && d.Gated {
 		x := &binding.Exchange{Request: req, Decision: &d, ReportedBy: wal.ReporterGateway}
 		r = r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+		if g.o.UpstreamTimeout > 0 {
+			r = r.WithContext(context.WithValue(r.Context(), answerByKey{}, start.Add(g.o.UpstreamTimeout)))
+		}
+		g.proxy.ServeHTTP(w, r)
+		return
 	}
-	g.proxy.ServeHTTP(w, r)
+	g.proxy.ServeHTTP(streamWriter{w}, r)
 }
 
 // exchangeKey is the context key of a gated call's exchange, set for the
 // proxy's ModifyResponse and ErrorHandler.
 type exchangeKey struct{}
 
+// answerByKey is the context key of the time by which a gated call's
+// response must have been read whole to be judged.
+type answerByKey struct{}
+
+// streamWriter lifts the write deadline (http.write_timeout) of an event
+// stream the gateway passes on unjudged, such as an MCP session's GET
+// stream: it stays open for as long as the session, and what the server
+// sends on it after the deadline would otherwise be lost with the
+// connection.
+type streamWriter struct{ http.ResponseWriter }
+
+func (s streamWriter) WriteHeader(code int) {
+	if mt, _, _ := mime.ParseMediaType(s.Header().Get("Content-Type")); mt == "text/event-stream" {
+		_ = http.NewResponseController(s.ResponseWriter).SetWriteDeadline(time.Time{})
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController (the proxy's flushes) reach the
+// connection's writer.
+func (s streamWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 // errResponseTooLarge is a response body over MaxBodyBytes: it is not
 // buffered whole, so it cannot be judged.
 var errResponseTooLarge = errors.New("gateway: response body over the limit")
+
+// errAnswerTooSlow is a response whose body did not end within the answer
+// window (UpstreamTimeout from the request's arrival; an SSE answer sends
+// its headers at once): judged unverified while the client can still be
+// answered, rather than cut off by the write deadline.
+var errAnswerTooSlow = errors.New("gateway: the response body did not end within the answer window")
 
 // judgeResponse buffers resp's body, has the gate judge it, and leaves
 // resp as the client gets it: the tool's response (with the warning header
@@ -236,7 +272,15 @@ func (g *Gateway) judgeResponse(resp *http.Response, x *binding.Exchange) {
 	if limit <= 0 {
 		limit = 1 << 20
 	}
+	var late atomic.Bool
+	if by, ok := resp.Request.Context().Value(answerByKey{}).(time.Time); ok {
+		t := time.AfterFunc(time.Until(by), func() { late.Store(true); resp.Body.Close() })
+		defer t.Stop()
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil && late.Load() {
+		err = errAnswerTooSlow
+	}
 	x.Response = binding.Response{Status: resp.StatusCode, Body: body,
 		Encoding: strings.Join(resp.Header.Values("Content-Encoding"), ",")}
 	switch {

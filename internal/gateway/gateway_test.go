@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -421,5 +423,82 @@ func TestGatewayUpstreamDownNamesTheAudit(t *testing.T) {
 	}
 	if err := <-j.errs; err == nil {
 		t.Fatal("the outcome was asked for without the upstream's error")
+	}
+}
+
+// TestGatewayEventStreamOutlivesWriteTimeout: an event stream passed on
+// unjudged (an MCP session's GET stream) keeps delivering after the
+// server's write timeout, which bounds answers, not sessions.
+func TestGatewayEventStreamOutlivesWriteTimeout(t *testing.T) {
+	const writeTimeout = 300 * time.Millisecond
+	more := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: one\n\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-more:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write([]byte("data: two\n\n"))
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	gw := httptest.NewUnstartedServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10}))
+	gw.Config.WriteTimeout = writeTimeout
+	gw.Start()
+	t.Cleanup(gw.Close)
+
+	client := &http.Client{Timeout: 10 * writeTimeout}
+	resp, err := client.Get(gw.URL + "/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	time.Sleep(3 * writeTimeout) // the scenario: the server speaks again after the write timeout
+	close(more)
+	r.ReadString('\n') // the blank line ending the first event
+	if line, err := r.ReadString('\n'); err != nil || line != "data: two\n" {
+		t.Fatalf("an event sent after the write timeout: %q, %v; want it delivered", line, err)
+	}
+}
+
+// TestGatewaySlowAnswerIsRefusedInTime: a judged answer whose body does
+// not end within the answer window (an SSE answer sends its headers at
+// once) is judged unverified and refused while the client can still be
+// answered, not cut off by the write deadline after being recorded.
+func TestGatewaySlowAnswerIsRefusedInTime(t *testing.T) {
+	const writeTimeout = 600 * time.Millisecond
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the answer never ends
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	j := judgeStub{errs: make(chan error, 1)}
+	gw := httptest.NewUnstartedServer(New(Options{Gate: gatedGate{}, Judge: j, Upstream: u, MaxBodyBytes: 1 << 10,
+		UpstreamTimeout: writeTimeout / 2}))
+	gw.Config.WriteTimeout = writeTimeout
+	gw.Start()
+	t.Cleanup(gw.Close)
+	client := &http.Client{Timeout: 10 * writeTimeout} // past the write deadline, nothing will come
+	resp, err := client.Post(gw.URL+"/v1/tool", "application/json", strings.NewReader(`{"kind":"tool.echo"}`))
+	if err != nil {
+		t.Fatalf("answer that never ends: %v, want the 502 of an unverified outcome", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("answer that never ends: %d %s, want the 502 of an unverified outcome", resp.StatusCode, body)
+	}
+	if err := <-j.errs; !errors.Is(err, errAnswerTooSlow) {
+		t.Fatalf("the outcome was judged with %v, want errAnswerTooSlow", err)
 	}
 }
