@@ -439,6 +439,9 @@ type call struct {
 	rpc     rpcMessage
 	rpcRead bool
 	idRead  bool
+	// ladderPassed is set when the binding ladder passed (the clauses may
+	// still fail after it).
+	ladderPassed bool
 	// argsDigest's memo.
 	digested        bool
 	argsDigestValue string
@@ -551,11 +554,14 @@ func (g *Gate) checkContracts(ctx context.Context, c *call, pol Policy, now time
 	if c.contract != "" {
 		return true
 	}
+	c.ladderPassed = true
 	if vs := clauseViolations(pol.Clauses(), c); len(vs) > 0 {
 		if g.settle(ctx, c); c.status == http.StatusServiceUnavailable {
 			return false
 		}
-		if c.contract == "" {
+		if c.contract != "" {
+			c.ladderPassed = false // the peek left to the consume failed the ladder
+		} else {
 			c.contract = vs[0].Reason
 		}
 	}

@@ -45,8 +45,9 @@ func (g *Gate) allow(ctx context.Context, pol Policy, c *call) (bool, string, er
 }
 
 // withPreflight reports whether the policy sees c's preflight decision: only
-// when the ladder passed.
-func (c *call) withPreflight() bool { return c.bound != nil && c.contract == "" }
+// when the ladder passed, whatever the clauses said after it (in advisory
+// mode a clause failure is recorded and the policy still decides).
+func (c *call) withPreflight() bool { return c.bound != nil && c.ladderPassed }
 
 // inputValue builds the Rego input of docs/CLAUSES.md as an OPA value, with only
 // the members the policy can read.

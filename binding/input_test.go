@@ -98,3 +98,29 @@ func recordThreeEchoSteps(t *testing.T, db *wal.DB, now time.Time) string {
 	}
 	return d.PreflightID
 }
+
+// TestAdvisoryClauseFailureKeepsThePreflight: in advisory mode a call whose
+// ladder passed and whose clause failed is recorded and goes on to the
+// policy, which still sees the preflight it is bound to.
+func TestAdvisoryClauseFailureKeepsThePreflight(t *testing.T) {
+	b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": pfPolicy,
+		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo:\n      zones: [\"*\"]\n      contract:\n        preconditions: [\"has(args.ok)\"]\n"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := wal.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Date(2026, 6, 23, 14, 29, 0, 0, time.UTC)
+	g := New(Options{Store: db, Log: db, Policy: func() Policy { return b }, Mode: ModeAdvisory,
+		Now: func() time.Time { return now }, NewID: ids.Audit})
+	pid := recordThreeEchoSteps(t, db, now)
+	d := g.Check(context.Background(), &Request{Method: http.MethodPost, Path: "/v1/tool",
+		Headers: map[string]string{HeaderPreflightID: pid, HeaderRequestID: "r1"},
+		Body:    []byte(`{"kind":"tool.echo","args":{}}`)})
+	if !d.Allowed || d.AdvisoryReason != "clause: precondition_violated" {
+		t.Fatalf("advisory call breaking a precondition: %+v, want allowed by the policy that saw its preflight, the clause recorded", d)
+	}
+}
