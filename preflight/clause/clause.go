@@ -183,7 +183,13 @@ func compileBool(env *cel.Env, expr string, at Problem) (*cel.Ast, []Problem) {
 		for _, e := range iss.Errors() {
 			p := at
 			if line := e.Location.Line(); line > 0 {
-				p.Line, p.Column = line, e.Location.Column()+1
+				// CEL's columns are 0-based; the end of an empty
+				// expression has none.
+				p.Line, p.Column = line, max(e.Location.Column()+1, 1)
+			} else {
+				// A limit on the whole expression (its size, its
+				// nesting): it is named from its start.
+				p.Line, p.Column = startOf(expr)
 			}
 			p.Message = e.Message
 			out = append(out, p)

@@ -306,6 +306,16 @@ func TestCompileErrors(t *testing.T) {
 					Line: 1, Column: 1, Message: "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"},
 			},
 		},
+		"positions are 1-based, also for an empty clause and a limit": {
+			caps: map[string]preflight.Capability{
+				refundKind: {Contract: &preflight.ContractSpec{Preconditions: []string{"", deepClause}}},
+			},
+			want: []Problem{
+				{Kind: refundKind, Clause: "preconditions", Index: 0, Expression: "", Line: 1, Column: 1, Message: syntaxMessage},
+				{Kind: refundKind, Clause: "preconditions", Index: 1, Expression: deepClause, Line: 1, Column: 1,
+					Message: "expression recursion limit exceeded: 250"},
+			},
+		},
 		"a bare dyn field is not a bool": {
 			caps: map[string]preflight.Capability{
 				refundKind: {Contract: &preflight.ContractSpec{Postconditions: []string{"old(args.enabled)"}}},
@@ -333,6 +343,9 @@ func TestCompileErrors(t *testing.T) {
 		})
 	}
 }
+
+// deepClause nests past CEL's parser recursion limit.
+var deepClause = strings.Repeat("(", 300) + "args.amountUsd > 0" + strings.Repeat(")", 300)
 
 // Problem is a local alias so the expected tables above stay short.
 type Problem = clause.Problem
