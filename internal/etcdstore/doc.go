@@ -18,6 +18,8 @@
 //	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of a frame in the writing replica's log
 //	P e/<replica>                      the replica's fence: a lone consume's transaction requires its
 //	                                   revision, which moves before lost copies are deleted (fence.go)
+//	P l/<replica>                      the replica's presence: its log's instance, under its session's
+//	                                   lease; another log finds it held and is not ready (presence.go)
 //	P r/<replica>/<seq, 16 hex digits>  copy index: JSON {"base_seq","base_hash","frames"}, put by every copy
 //	                                   transaction under its copies' lease; seq is its last frame's, frames
 //	                                   the P f/… keys it carries, base the log's head before the newest commit

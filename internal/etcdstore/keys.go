@@ -32,6 +32,7 @@ func (p keys) appendFrame(b []byte, auditID, replica string, seq uint64) []byte 
 }
 func (p keys) copyIndexes(replica string) string { return string(p) + "r/" + replica + "/" }
 func (p keys) fence(replica string) string       { return string(p) + "e/" + replica }
+func (p keys) presence(replica string) string    { return string(p) + "l/" + replica }
 func (p keys) copyIndex(replica string, seq uint64) string {
 	return string(appendSeq([]byte(p.copyIndexes(replica)), seq))
 }

@@ -90,6 +90,13 @@ type Store struct {
 	locks   keyLocks
 	healthy atomic.Bool
 
+	// instance is the log's instance its presence key names, "" when the
+	// store was opened to inspect; presentUnder the lease that key is
+	// held under, clash whether another process holds it (presence.go).
+	instance     string
+	presentUnder atomic.Int64
+	clash        atomic.Bool
+
 	// bg lives as long as the store: the keep-alive of its claim lease,
 	// and the senders of the batchers.
 	bg   context.Context
@@ -169,6 +176,13 @@ func Open(o Options) (*Store, error) {
 	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{},
 		claims: map[string]*heldClaim{}}
 	s.fenceRev.Store(-1)
+	if !o.Inspect {
+		instance, err := loadInstance(o.Log.Path())
+		if err != nil {
+			return nil, err
+		}
+		s.instance = instance
+	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -247,12 +261,16 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 func (s *Store) Prefix() string { return s.o.Prefix }
 
 // Probe reports whether etcd answers a linearizable read (which needs a
-// quorum) within the request timeout.
+// quorum) within the request timeout, and this process holds its
+// replica_id (presence.go).
 func (s *Store) Probe(ctx context.Context) error {
-	ctx, cancel := s.opCtx(ctx)
+	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	_, err := s.cli.Get(ctx, s.p.probe(), clientv3.WithCountOnly())
-	return s.seen(ctx, err)
+	_, err := s.cli.Get(octx, s.p.probe(), clientv3.WithCountOnly())
+	if err := s.seen(octx, err); err != nil {
+		return err
+	}
+	return s.present(ctx)
 }
 
 // Available reports what the last etcd request said of etcd.
