@@ -76,6 +76,10 @@ func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
+// MinEtcdTimeout bounds store.etcd.dial_timeout and request_timeout from
+// below.
+const MinEtcdTimeout = 10 * time.Millisecond
+
 // MaxEtcdRecordTTL bounds store.etcd.record_ttl: ten years, well inside
 // the longest lease etcd grants (9,000,000,000 s).
 const MaxEtcdRecordTTL = 10 * 365 * 24 * time.Hour
@@ -147,20 +151,26 @@ func checkEndpoint(e string) error {
 	if e == "" {
 		return fmt.Errorf("an endpoint is empty")
 	}
+	written := e
 	if !strings.Contains(e, "://") {
 		e = "http://" + e
 	}
 	u, err := url.Parse(e)
 	if err != nil {
-		return fmt.Errorf("%q is not an endpoint URL: %v", e, err)
+		return fmt.Errorf("%q is not an endpoint URL: %v", written, err)
+	}
+	if u.User != nil {
+		// The client does not send them; etcd's own users are not
+		// supported (client certificates are: store.etcd.tls).
+		return fmt.Errorf("%q carries credentials (user:password@), which are not sent; remove them", written)
 	}
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			return fmt.Errorf("%q is not http(s)://host:port", e)
+			return fmt.Errorf("%q is not http(s)://host:port or host:port", written)
 		}
 		if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%q has no usable port: 1 to 65535", e)
+			return fmt.Errorf("%q has no usable port: 1 to 65535", written)
 		}
 	case "unix", "unixs":
 		if u.Host == "" && u.Path == "" {
@@ -199,11 +209,18 @@ func (c *Config) validateStore(bad badKey) {
 	if s.Etcd.Prefix == "" || strings.ContainsFunc(s.Etcd.Prefix, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		bad("store.etcd.prefix", "must be non-empty text without control characters, got %q", s.Etcd.Prefix)
 	}
-	if s.Etcd.DialTimeout <= 0 {
-		bad("store.etcd.dial_timeout", "must be positive, got %s", s.Etcd.DialTimeout)
-	}
-	if s.Etcd.RequestTimeout <= 0 {
-		bad("store.etcd.request_timeout", "must be positive, got %s", s.Etcd.RequestTimeout)
+	// Under a few milliseconds no etcd request can answer: the replica
+	// would never be ready.
+	for _, kv := range []struct {
+		key string
+		d   time.Duration
+	}{{"store.etcd.dial_timeout", s.Etcd.DialTimeout}, {"store.etcd.request_timeout", s.Etcd.RequestTimeout}} {
+		switch {
+		case kv.d <= 0:
+			bad(kv.key, "must be positive, got %s", kv.d)
+		case kv.d < MinEtcdTimeout:
+			bad(kv.key, "must be positive and at least %s, got %s", MinEtcdTimeout, kv.d)
+		}
 	}
 	etcd := s.Backend == BackendEtcd || (s.Backend == "" && len(s.Etcd.Endpoints) > 0)
 	// record_ttl bounds what etcd keeps: a bbolt replica keeps its records
