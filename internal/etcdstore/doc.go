@@ -180,8 +180,10 @@
 //     dropped. Only then does it release the log. etcd down at that
 //     moment keeps the log held, retried in the background, as the
 //     replica stays unready until etcd answers anyway. Indexes of another
-//     base were not written by this log (another data directory under the
-//     same replica name) and are left alone, for check-store to report.
+//     base or of another log's instance (presence.go; every empty log has
+//     the same base) were not written by this log (another data directory
+//     under the same replica name) and are left alone, for check-store to
+//     report.
 //     check-store on a stopped replica counts the copies a kill left past
 //     its head as pending, not as a problem: the replica settles them
 //     before it appends.

@@ -201,7 +201,7 @@ type copyWrite struct {
 // the log's bytes.
 func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 	n := countFrames(batch)
-	idx := copyIndex{Frames: make([]string, 0, n)}
+	idx := copyIndex{Frames: make([]string, 0, n), Instance: s.instance}
 	w := &copyWrite{keys: make([][]byte, 0, n+1), values: make([][]byte, 0, n+1)}
 	var last uint64
 	for _, r := range batch {

@@ -29,8 +29,8 @@ var ErrDuplicateReplica = errors.New("etcdstore: replica_id held by another live
 const instanceFile = "replica-instance"
 
 // loadInstance reads the instance of the log at logPath, making one when
-// the data directory has none yet.
-func loadInstance(logPath string) (string, error) {
+// the data directory has none yet and create is set ("" otherwise).
+func loadInstance(logPath string, create bool) (string, error) {
 	path := filepath.Join(filepath.Dir(logPath), instanceFile)
 	if b, err := os.ReadFile(path); err == nil {
 		if v := strings.TrimSpace(string(b)); v != "" {
@@ -38,6 +38,9 @@ func loadInstance(logPath string) (string, error) {
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("etcdstore: read %s: %w", path, err)
+	}
+	if !create {
+		return "", nil
 	}
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -57,7 +60,7 @@ func loadInstance(logPath string) (string, error) {
 // present holds the replica's presence key under the session's lease, at
 // once when it already does.
 func (s *Store) present(ctx context.Context) error {
-	if s.instance == "" {
+	if s.o.Inspect || s.instance == "" {
 		return nil // opened to inspect
 	}
 	sess, err := s.concSession(ctx)

@@ -25,11 +25,14 @@ import (
 // last, Frames the keys of the copies it carries, and BaseSeq and
 // BaseHash the log's head before the newest commit among them. A copy a
 // crash left belongs to the one commit that was going to the disk, whose
-// base is the log's head when the process comes back.
+// base is the log's head when the process comes back. Instance names the
+// log that wrote it (presence.go): two logs of one replica name can share
+// a base (every empty log starts at the same one), not an instance.
 type copyIndex struct {
 	BaseSeq  uint64   `json:"base_seq"`
 	BaseHash string   `json:"base_hash"`
 	Frames   []string `json:"frames"`
+	Instance string   `json:"instance,omitempty"`
 }
 
 // lose records, in the log's commit loop, that req's frames did not
@@ -228,9 +231,9 @@ func (s *Store) settleOnOpen() {
 // the chain exactly (seq head+1, head+2, …, each prev_hash the previous
 // hash, each hash its contents') are appended to the log as they are
 // (wal.DB.Adopt); the others, after a gap, are deleted with those indexes.
-// Indexes of another base were not written by this log (another data
-// directory under the same replica name): they are left alone and
-// logged, and `autonomy wal check-store` reports their copies.
+// Indexes of another base or another instance were not written by this
+// log (another data directory under the same replica name): they are left
+// alone and logged, and `autonomy wal check-store` reports their copies.
 func (s *Store) settleCrashCopies(ctx context.Context) error {
 	head, hash := s.log.Head()
 	indexes, frameKeys, foreign, err := s.crashCopies(ctx, head, hash, 0)
@@ -277,7 +280,8 @@ func (s *Store) crashCopies(ctx context.Context, head uint64, hash string, rev i
 	}
 	for _, kv := range resp.Kvs {
 		var idx copyIndex
-		if json.Unmarshal(kv.Value, &idx) != nil || idx.BaseSeq != head || idx.BaseHash != hash {
+		if json.Unmarshal(kv.Value, &idx) != nil || idx.BaseSeq != head || idx.BaseHash != hash ||
+			(idx.Instance != "" && s.instance != "" && idx.Instance != s.instance) {
 			foreign++
 			continue
 		}

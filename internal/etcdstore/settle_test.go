@@ -20,10 +20,16 @@ func decisionIn(audit string) wal.FrameInput {
 
 // snapshotLog copies the log of a closed store's data dir to a new dir:
 // the log as it was before the commits that follow, as a replica killed
-// between their copies and their fsyncs comes back with.
+// between their copies and their fsyncs comes back with. The log's
+// instance goes with it: it is the same log.
 func snapshotLog(t *testing.T, dir string) string {
 	t.Helper()
 	to := t.TempDir()
+	if b, err := os.ReadFile(filepath.Join(dir, instanceFile)); err == nil {
+		if err := os.WriteFile(filepath.Join(to, instanceFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	src, err := os.Open(filepath.Join(dir, wal.FileName))
 	if err != nil {
 		t.Fatal(err)
@@ -284,5 +290,25 @@ func TestRefusalNeedsNoCopy(t *testing.T) {
 			t.Fatalf("the refusal's copy is not in etcd 20s after it came back: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCrashCopiesOfAnotherLogLeftAlone: a replica that comes back under
+// the same name on an empty data directory (a replaced disk) does not take
+// up the copies its old log's crash left: every empty log has the same
+// base, not the same instance.
+func TestCrashCopiesOfAnotherLogLeftAlone(t *testing.T) {
+	prefix := newPrefix()
+	old := open(t, "replica-a", prefix, t.TempDir())
+	// The old log's first commit: its copies' base is the empty log's.
+	lost, err := old.logAndCopy(context.Background(), []wal.FrameInput{decisionIn("au_other_log")})
+	closeStore(old)
+	if err != nil || lost[0].Seq != 1 {
+		t.Fatalf("the old log's first frame: %+v, %v", lost, err)
+	}
+	a := open(t, "replica-a", prefix, t.TempDir())
+	defer closeStore(a)
+	if seq, _ := a.log.Head(); seq != 0 {
+		t.Fatalf("a new log took up %d frames another log wrote", seq)
 	}
 }

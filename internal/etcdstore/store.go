@@ -90,8 +90,8 @@ type Store struct {
 	locks   keyLocks
 	healthy atomic.Bool
 
-	// instance is the log's instance its presence key names, "" when the
-	// store was opened to inspect; presentUnder the lease that key is
+	// instance is the log's instance its presence key names ("" when a
+	// store opened to inspect finds none); presentUnder the lease that key is
 	// held under, clash whether another process holds it (presence.go).
 	instance     string
 	presentUnder atomic.Int64
@@ -176,13 +176,11 @@ func Open(o Options) (*Store, error) {
 	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{},
 		claims: map[string]*heldClaim{}}
 	s.fenceRev.Store(-1)
-	if !o.Inspect {
-		instance, err := loadInstance(o.Log.Path())
-		if err != nil {
-			return nil, err
-		}
-		s.instance = instance
+	instance, err := loadInstance(o.Log.Path(), !o.Inspect)
+	if err != nil {
+		return nil, err
 	}
+	s.instance = instance
 	if s.logger == nil {
 		s.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
