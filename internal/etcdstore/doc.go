@@ -187,6 +187,10 @@
 //     check-store on a stopped replica counts the copies a kill left past
 //     its head as pending, not as a problem: the replica settles them
 //     before it appends.
+//   - The copy fails and the local commit succeeds: a decision's or an
+//     outcome's copy is sent again in the background (recopy); a replica
+//     that stops first sends it when it opens again, after settling
+//     (recopy.go, recopyTail: its newest decision and outcome frames).
 //
 // A call whose copy was taken up was either never answered (its caller
 // saw a dropped connection) or was a lone consume answered on its copies,

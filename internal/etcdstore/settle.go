@@ -206,6 +206,7 @@ func (s *Store) settleOnOpen() {
 	case <-s.log.Verified():
 		if settle() == nil {
 			s.log.Release()
+			s.recopyAfterOpen()
 			return
 		}
 	default:
@@ -221,6 +222,7 @@ func (s *Store) settleOnOpen() {
 		}
 		if s.retry("settle the frame copies past the log's head", settle) == nil {
 			s.log.Release()
+			s.recopyAfterOpen()
 		}
 	}()
 }

@@ -1,0 +1,57 @@
+package etcdstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/contractrefine/autonomy/wal"
+)
+
+// TestRestartCopiesWhatFailedBefore: decision and outcome frames whose
+// copies failed before the replica stopped (here: appended to its log
+// alone) are copied when it opens again, so the other replicas' audit
+// joins hold them; a preflight frame without its copy (its binding write
+// failed, its caller refused) stays out.
+func TestRestartCopiesWhatFailedBefore(t *testing.T) {
+	ctx := context.Background()
+	prefix, dir := newPrefix(), t.TempDir()
+	log, err := wal.Open(dir, &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.AppendFrames(ctx, []wal.FrameInput{decisionIn("au_recopy"), decisionIn("au_recopy"),
+		{Kind: wal.KindPreflight, AuditID: "au_recopy_pf", Time: time.Now(), Attrs: map[string]any{"outcome": "pass"}}}); err != nil {
+		t.Fatal(err)
+	}
+	log.Close()
+
+	a := open(t, "replica-a", prefix, dir)
+	defer closeStore(a)
+	b := open(t, "replica-b", prefix, t.TempDir())
+	defer closeStore(b)
+	deadline := time.Now().Add(10 * time.Second)
+	var got []wal.Frame
+	for {
+		if got, err = b.AuditFrames(ctx, "au_recopy"); err == nil && len(got) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(got) != 2 || got[0].Seq != 1 || got[1].Seq != 2 {
+		t.Fatalf("another replica's join of the decisions after the restart: %+v, %v; want seqs 1 and 2", got, err)
+	}
+	if pf, err := b.AuditFrames(ctx, "au_recopy_pf"); err == nil && len(pf) != 0 {
+		t.Fatalf("a preflight frame without its copy was copied: %+v", pf)
+	}
+	// The restarted replica's log and etcd agree but for that preflight.
+	rep, err := a.Check(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Problems {
+		if p.Kind != wal.KindPreflight {
+			t.Errorf("check-store after the restart: %+v", p)
+		}
+	}
+}
