@@ -199,9 +199,8 @@ func (p *Processor) answer(ctx context.Context, x *exchange, m *extprocv3.Proces
 			RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		h := r.ResponseHeaders
-		x.status, x.encoding = statusOf(h.GetHeaders())
 		x.responding = true
-		if localReply(x, h.GetHeaders()) {
+		if x.responseHeaders(h.GetHeaders()) {
 			x.judged = true // never judged: it is not a tool's response
 			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 				ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -287,8 +286,7 @@ func (p *Processor) observe(ctx context.Context, x *exchange, m *extprocv3.Proce
 			x.req.Body = x.body
 		}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		x.status, x.encoding = statusOf(r.ResponseHeaders.GetHeaders())
-		if localReply(x, r.ResponseHeaders.GetHeaders()) {
+		if x.responseHeaders(r.ResponseHeaders.GetHeaders()) {
 			x.judged = true
 		}
 		if r.ResponseHeaders.GetEndOfStream() && !x.judged {
@@ -331,23 +329,28 @@ func (p *Processor) abandon(ctx context.Context, x *exchange, err error) {
 	p.finish(ctx, x, err)
 }
 
-// localReply reports whether response headers that come before any request
-// message are a reply Envoy made itself, before the request reached this
-// filter: ext_authz's deny, say, which Envoy sends through the filters'
-// response path without their request path (docs/API.md). Nothing reached
-// the tool runtime, so there is nothing to judge. A 2xx reply counts only
-// with the gate's audit id header (an MCP deny is a 200): a 2xx with
-// neither a request nor that header is treated as a response nothing says
-// the gate allowed, and is refused.
-func localReply(x *exchange, hm *corev3.HeaderMap) bool {
+// responseHeaders takes the response's status (0 when absent or bad) and
+// content-encoding from its headers, and reports whether, coming before any
+// request message, they are a reply Envoy made itself, before the request
+// reached this filter: ext_authz's deny, say, which Envoy sends through the
+// filters' response path without their request path (docs/API.md).
+// Nothing reached the tool runtime, so there is nothing to judge. A 2xx
+// reply counts only with the gate's audit id header (an MCP deny is a
+// 200): a 2xx with neither a request nor that header is treated as a
+// response nothing says the gate allowed, and is refused.
+func (x *exchange) responseHeaders(hm *corev3.HeaderMap) (localReply bool) {
+	h := map[string]string{}
+	addHeaderMap(h, hm)
+	x.status, x.encoding = 0, h["content-encoding"]
+	if n, err := strconv.Atoi(h[":status"]); err == nil {
+		x.status = n
+	}
 	if x.started || x.judged {
 		return false
 	}
 	if x.status < 200 || x.status > 299 {
 		return x.status != 0
 	}
-	h := map[string]string{}
-	addHeaderMap(h, hm)
 	return h[binding.HeaderAuditID] != ""
 }
 
@@ -374,18 +377,6 @@ func addHeaderMap(headers map[string]string, hm *corev3.HeaderMap) {
 		}
 		headers[k] = v
 	}
-}
-
-// statusOf is the :status of response headers (0 when absent or bad) and
-// their content-encoding.
-func statusOf(hm *corev3.HeaderMap) (int, string) {
-	h := map[string]string{}
-	addHeaderMap(h, hm)
-	n, err := strconv.Atoi(h[":status"])
-	if err != nil {
-		n = 0
-	}
-	return n, h["content-encoding"]
 }
 
 // passing is the CommonResponse of a released response: the warning

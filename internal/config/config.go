@@ -515,8 +515,8 @@ func (c *Config) validateGate(bad badKey) {
 			bad(kv[0], "%q is not an HTTP header name: no request could carry it", h)
 		}
 	}
-	listeners := [][2]string{{"http_addr", c.HTTPAddr}, {"grpc_addr", c.GRPCAddr}, {"gateway_addr", c.GatewayAddr}}
-	for i, kv := range listeners {
+	var listening [][2]string // the keys and addresses checked so far
+	for _, kv := range [][2]string{{"http_addr", c.HTTPAddr}, {"grpc_addr", c.GRPCAddr}, {"gateway_addr", c.GatewayAddr}} {
 		a := kv[1]
 		if a == "" {
 			continue
@@ -525,11 +525,12 @@ func (c *Config) validateGate(bad badKey) {
 			bad(kv[0], "%v", err)
 			continue
 		}
-		for _, prev := range listeners[:i] {
-			if prev[1] != "" && CheckListenAddr(prev[1]) == nil && sameListener(prev[1], a) {
+		for _, prev := range listening {
+			if sameListener(prev[1], a) {
 				bad(kv[0], "%q is also %s: each listener needs its own address", a, prev[0])
 			}
 		}
+		listening = append(listening, kv)
 	}
 	// "" is a JSON Pointer to the whole body, which names no member: the
 	// kind and the args are members of the call's body.
