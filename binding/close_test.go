@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/wal"
@@ -49,11 +48,8 @@ func (s *countingStore) Decision(ctx context.Context, id string) ([]byte, error)
 // from the cache while Options.Now is within CacheTTL of its reading, and
 // read from the log again after.
 func TestDecisionCacheFollowsTheClock(t *testing.T) {
-	b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": pfPolicy,
-		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := bundletest.Load(t, map[string]string{"policy.rego": pfPolicy,
+		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}, nil)
 	db, err := wal.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)

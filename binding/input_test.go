@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/contractrefine/autonomy/internal/bundle"
 	"github.com/contractrefine/autonomy/internal/bundle/bundletest"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
@@ -34,11 +33,8 @@ type mapPolicy struct{ Policy }
 // the decision cache lost it (read again from the WAL), through both input
 // paths.
 func TestPreflightDecisionReachesThePolicy(t *testing.T) {
-	b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": pfPolicy,
-		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := bundletest.Load(t, map[string]string{"policy.rego": pfPolicy,
+		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: { zones: [\"*\"] }\n"}, nil)
 	if !b.ReadsInput("preflight") || b.ReadsInput("actor") {
 		t.Fatalf("reads preflight %v, actor %v", b.ReadsInput("preflight"), b.ReadsInput("actor"))
 	}
@@ -103,11 +99,8 @@ func recordThreeEchoSteps(t *testing.T, db *wal.DB, now time.Time) string {
 // ladder passed and whose clause failed is recorded and goes on to the
 // policy, which still sees the preflight it is bound to.
 func TestAdvisoryClauseFailureKeepsThePreflight(t *testing.T) {
-	b, err := bundle.Load(context.Background(), bundletest.Dir(t, map[string]string{"policy.rego": pfPolicy,
-		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo:\n      zones: [\"*\"]\n      contract:\n        preconditions: [\"has(args.ok)\"]\n"}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := bundletest.Load(t, map[string]string{"policy.rego": pfPolicy,
+		"data.yaml": "autonomy:\n  capabilities:\n    tool.echo:\n      zones: [\"*\"]\n      contract:\n        preconditions: [\"has(args.ok)\"]\n"}, nil)
 	db, err := wal.Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)

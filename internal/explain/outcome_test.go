@@ -103,15 +103,10 @@ func TestExplainPageShowsToolOutcomes(t *testing.T) {
 	if len(o) != 1 || attr(o[0], "class") != "outcome violated enforced" || attr(o[0], "data-outcome") != "violated" {
 		t.Fatalf("request req-o1: %d outcomes", len(o))
 	}
-	for _, want := range []string{
-		"tool outcome violated " + preflight.ReasonPostconditionViolated + " enforced · response replaced by 502",
+	contains(t, "req-o1 outcome", o[0],
+		"tool outcome violated "+preflight.ReasonPostconditionViolated+" enforced · response replaced by 502",
 		"status 200 · mode enforce · seen by gateway · response sha256:0123456789abc… · 42 bytes",
-		"+2s",
-	} {
-		if got := text(o[0]); !strings.Contains(got, want) {
-			t.Errorf("req-o1 outcome %q\nlacks %q", got, want)
-		}
-	}
+		"+2s")
 	cl := all(o[0], tagClass("div", "clause"))
 	if len(cl) != 1 {
 		t.Fatalf("req-o1: %d failed clauses shown, want 1 (the held one is not a failure)", len(cl))
@@ -131,15 +126,10 @@ func TestExplainPageShowsToolOutcomes(t *testing.T) {
 	if len(o) != 1 || attr(o[0], "class") != "outcome violated advisory" {
 		t.Fatalf("request req-o2: %d outcomes", len(o))
 	}
-	for _, want := range []string{
-		"tool outcome violated " + preflight.ReasonOutputContractViolated + " advisory · not enforced",
+	contains(t, "req-o2 outcome", o[0],
+		"tool outcome violated "+preflight.ReasonOutputContractViolated+" advisory · not enforced",
 		"output_contract size(response) <= outputContract.maxBytes did not hold: output contract violated: the response body is 4096 bytes",
-		"status 200 · mode advisory · seen by envoy · 4096 bytes",
-	} {
-		if got := text(o[0]); !strings.Contains(got, want) {
-			t.Errorf("req-o2 outcome %q\nlacks %q", got, want)
-		}
-	}
+		"status 200 · mode advisory · seen by envoy · 4096 bytes")
 
 	// The denied call has no outcome.
 	if o = outcomes(events[2]); len(o) != 0 || attr(events[2], "class") != "event deny enforced" {
@@ -150,14 +140,9 @@ func TestExplainPageShowsToolOutcomes(t *testing.T) {
 	if got := attr(events[3], "class"); got != "event outcome-only ok" {
 		t.Errorf("outcome row class %q", got)
 	}
-	for _, want := range []string{
+	contains(t, "outcome row", events[3],
 		"+6s after the preflight outcome of tool.echo · request req-o9 No tool decision on this page has this request id.",
-		"tool outcome ok " + preflight.ReasonOutcomeOK + " status 201 · mode enforce · seen by runtime (runtime:billing)",
-	} {
-		if got := text(events[3]); !strings.Contains(got, want) {
-			t.Errorf("outcome row %q\nlacks %q", got, want)
-		}
-	}
+		"tool outcome ok "+preflight.ReasonOutcomeOK+" status 201 · mode enforce · seen by runtime (runtime:billing)")
 	if o = outcomes(events[3]); len(o) != 1 || attr(o[0], "class") != "outcome ok" {
 		t.Errorf("outcome row: %d outcomes", len(o))
 	}
@@ -221,5 +206,16 @@ func TestBuildPageJoinsOutcomes(t *testing.T) {
 	}
 	if got := p.Timeline[4]; got.Class() != "outcome-only violated enforced" || got.Outcomes[0].Detail != "no response body" {
 		t.Errorf("unverified outcome row: class %q", got.Class())
+	}
+}
+
+// contains reports each of wants that the text of n lacks.
+func contains(t *testing.T, label string, n *html.Node, wants ...string) {
+	t.Helper()
+	got := text(n)
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s %q\nlacks %q", label, got, want)
+		}
 	}
 }
