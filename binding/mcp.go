@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -433,7 +434,6 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 // /v1/tool 403.
 func peekRefused(body []byte) rpcMessage {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return rpcMessage{}
 	}
@@ -444,7 +444,7 @@ func peekRefused(body []byte) rpcMessage {
 		if err != nil {
 			return rpcMessage{}
 		}
-		var v any
+		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			return rpcMessage{}
 		}
@@ -452,12 +452,13 @@ func peekRefused(body []byte) rpcMessage {
 		switch {
 		case strings.EqualFold(key, "id"):
 			ids++
-			if m.id, err = rpcID(v, true); err != nil {
+			if !utf8.Valid(v) || len(v) == 0 || (v[0] != '"' && v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
 				return rpcMessage{}
 			}
+			m.id = string(v)
 		case strings.EqualFold(key, "method"):
 			methods++
-			if m.method, _ = v.(string); m.method == "" {
+			if json.Unmarshal(v, &m.method) != nil || !utf8.ValidString(m.method) {
 				return rpcMessage{}
 			}
 		}
