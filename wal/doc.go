@@ -20,9 +20,10 @@
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
-//	             key: "version"  value: the format version in decimal, "1" (FormatVersion); Open
-//	             refuses another (ErrVersionMismatch) and writes "1" into a log without the key,
-//	             which was written before the key existed in this same format
+//	             key: "version"  value: the format version in decimal, "2" (FormatVersion); Open
+//	             reads "1" too (and, writable, makes it "2"), takes a log without the key for
+//	             version 1 (written before the key existed), and refuses any other
+//	             (ErrVersionMismatch)
 //	retired      key: session key                    value: how many of the session's preflight
 //	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
 //	approvals    key: preflight_id 0x00 step_id      value: JSON of an Approval: the step's kind, args digest,
@@ -54,16 +55,26 @@
 // frame it writes that names none.
 //
 // A frame whose attrs are 1 KiB or more (the autonomy.preflight frames,
-// which carry the whole decision) is stored packed when DEFLATE (RFC 1951)
-// shrinks its attrs by at least a quarter:
+// which carry the whole decision) is stored packed when packing shrinks its
+// attrs by at least a quarter:
+//
+//	0x02  uvarint(n)  n bytes: the attrs, an S2 block against dictionary 1  {the frame's JSON without "attrs"}
+//
+// S2 is github.com/klauspost/compress/s2's block format; dictionary 1 is
+// the bytes of packdict1.txt with its repeat offset at 0 (pack.go). Logs of
+// format version 1 hold frames packed with DEFLATE (RFC 1951) instead, which
+// this version reads:
 //
 //	0x01  uvarint(n)  n bytes: the attrs, DEFLATE-compressed  {the frame's JSON without "attrs"}
 //
-// A stored JSON frame starts with '{', so the first byte tells the two
-// apart. Packing is storage only: the hash covers the canonical attrs either
-// way, DecodeFrame returns the same Frame, and Export writes JSON. It keeps a
-// one-step preflight under the 2 KB a frame may take on disk (the decision
-// JSON alone is about 1.5 KB; docs/PERFORMANCE.md has the figures).
+// and frame copies shared between replicas (etcd) keep that form, so that
+// replicas of either version read each other's during an upgrade
+// (EncodeFrame, SharedForm). A stored JSON frame starts with '{', so the
+// first byte tells the forms apart. Packing is storage only: the hash covers
+// the canonical attrs either way, DecodeFrame returns the same Frame, and
+// Export writes JSON. It keeps a one-step preflight well under the 2 KB a
+// frame may take on disk (the decision JSON alone is about 1.5 KB;
+// docs/PERFORMANCE.md has the figures).
 //
 // # Binding record
 //

@@ -170,7 +170,7 @@ func (f *Frame) checkAttrs() error {
 // are missing.
 func DecodeFrame(b []byte) (Frame, error) {
 	var f Frame
-	if len(b) > 0 && b[0] == packMarker {
+	if len(b) > 0 && isPacked(b[0]) {
 		var err error
 		if f, err = decodePacked(b); err != nil {
 			return Frame{}, err

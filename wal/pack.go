@@ -3,6 +3,7 @@ package wal
 import (
 	"bytes"
 	"compress/flate"
+	_ "embed"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -10,32 +11,52 @@ import (
 	"sync"
 
 	kflate "github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/s2"
 )
 
 // Packed frames. A frame whose canonical attrs are at least packMin bytes
 // (in practice the autonomy.preflight frames, which carry the decision) is
 // stored as
 //
-//	0x01  uvarint(n)  n bytes: the attrs, DEFLATE-compressed (RFC 1951)  head
+//	marker  uvarint(n)  n bytes: the packed attrs  head
 //
-// where head is the frame's JSON without its attrs member. Everything else
-// is stored as its JSON, which always starts with '{'. The hash covers the
-// canonical attrs, as for every frame, so packing changes nothing that
-// Verify checks or that readers see: DecodeFrame gives back the same Frame.
+// where head is the frame's JSON without its attrs member, and marker says
+// how the attrs were packed:
+//
+//	0x02  an S2 block (github.com/klauspost/compress/s2) against dictionary
+//	      1: the bytes of packdict1.txt, with the repeat offset at 0. The log
+//	      writes this since format version 2.
+//	0x01  DEFLATE (RFC 1951). Logs of format version 1 hold it, and frame
+//	      copies shared with other replicas carry it (EncodeFrame), so a
+//	      replica of either version reads them.
+//
+// Everything else is stored as its JSON, which always starts with '{'. The
+// hash covers the canonical attrs, as for every frame, so packing changes
+// nothing that Verify checks or that readers see: DecodeFrame gives back the
+// same Frame.
 const (
-	packMarker = 0x01
-	packMin    = 1024
+	packDeflate = 0x01
+	packS2Dict1 = 0x02
+	packMin     = 1024
 	// maxUnpacked bounds what one stored frame may inflate to, so a damaged
 	// or hostile file cannot make a reader allocate without limit.
 	maxUnpacked = 64 << 20
 )
 
 var (
-	// Packing uses klauspost/compress's DEFLATE writer: the same format,
-	// which the standard library's reader below inflates, written in 8 µs
-	// instead of 12 to 15 for a one-step preflight's attrs, where packing
-	// was a fifth of a preflight's CPU (BenchmarkPackAttrs,
-	// docs/PERFORMANCE.md).
+	// packDict1 is dictionary 1 of the 0x02 frames. Its bytes are part of
+	// the format: a frame packed against them reads back only with them,
+	// so packdict1.txt never changes (TestPackDictionaryIsFrozen); another
+	// dictionary would take another marker. It is four autonomy.preflight
+	// frames' attrs, the keys and fixed texts every decision repeats, which
+	// is what lets S2 pack a one-step preflight smaller than DEFLATE does
+	// without one, at a fifth of its CPU (docs/PERFORMANCE.md).
+	//go:embed packdict1.txt
+	packDict1Text []byte
+	packDict1     = s2.MakeDictManual(packDict1Text, 0)
+
+	// Shared copies use klauspost/compress's DEFLATE writer: the same
+	// format, which the standard library's reader below inflates.
 	flateWriters = sync.Pool{New: func() any {
 		w, _ := kflate.NewWriter(nil, kflate.BestSpeed) // the level is valid
 		return w
@@ -43,9 +64,19 @@ var (
 	flateReaders = sync.Pool{New: func() any { return flate.NewReader(bytes.NewReader(nil)) }}
 )
 
-// packAttrs compresses large canonical attrs. It returns nil when attrs are
-// small or do not shrink by a quarter, and the frame is stored as JSON.
+// packAttrs packs large canonical attrs as the log stores them (0x02). It
+// returns nil when attrs are small or do not shrink by a quarter, and the
+// frame is stored as JSON.
 func packAttrs(attrs []byte) []byte {
+	if len(attrs) < packMin {
+		return nil
+	}
+	return shrunk(attrs, packDict1.Encode(make([]byte, 0, s2.MaxEncodedLen(len(attrs))), attrs))
+}
+
+// deflateAttrs packs large canonical attrs as shared copies carry them
+// (0x01), nil as packAttrs.
+func deflateAttrs(attrs []byte) []byte {
 	if len(attrs) < packMin {
 		return nil
 	}
@@ -56,21 +87,29 @@ func packAttrs(attrs []byte) []byte {
 	_, _ = w.Write(attrs) // writes to a bytes.Buffer do not fail
 	_ = w.Close()
 	flateWriters.Put(w)
-	if buf.Len() > len(attrs)*3/4 {
-		return nil
-	}
-	return buf.Bytes()
+	return shrunk(attrs, buf.Bytes())
 }
 
-// encodePacked returns the packed stored form of f, whose attrs compress to
+// shrunk returns packed when it takes at least a quarter off attrs.
+func shrunk(attrs, packed []byte) []byte {
+	if len(packed) > len(attrs)*3/4 {
+		return nil
+	}
+	return packed
+}
+
+// encodePacked returns the stored form of f whose attrs marker packed to
 // packed.
-func (f *Frame) encodePacked(packed []byte) []byte {
+func (f *Frame) encodePacked(marker byte, packed []byte) []byte {
 	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(packed)+len(f.AuditID)+len(f.Kind)+len(f.Timestamp)+len(f.PrevHash)+len(f.Hash)+96)
-	b = append(b, packMarker)
+	b = append(b, marker)
 	b = binary.AppendUvarint(b, uint64(len(packed)))
 	b = append(b, packed...)
 	return f.appendJSON(b, nil)
 }
+
+// isPacked reports whether a stored frame starting with b0 is packed.
+func isPacked(b0 byte) bool { return b0 == packS2Dict1 || b0 == packDeflate }
 
 // unpack splits a packed stored frame into its head JSON and its inflated
 // attrs.
@@ -81,20 +120,49 @@ func unpack(b []byte) (head, attrs []byte, err error) {
 	}
 	packed := b[1+k : 1+k+int(n)]
 	head = b[1+k+int(n):]
+	if b[0] == packS2Dict1 {
+		attrs, err = unpackS2(packed)
+	} else {
+		attrs, err = inflate(packed)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return head, attrs, nil
+}
+
+// unpackS2 reads the attrs of a 0x02 frame.
+func unpackS2(packed []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(packed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
+	}
+	if n > maxUnpacked {
+		return nil, fmt.Errorf("%w: packed attrs inflate past %d bytes", ErrCorrupt, maxUnpacked)
+	}
+	attrs, err := packDict1.Decode(nil, packed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
+	}
+	return attrs, nil
+}
+
+// inflate reads the attrs of a 0x01 frame.
+func inflate(packed []byte) ([]byte, error) {
 	r := flateReaders.Get().(io.ReadCloser)
 	defer flateReaders.Put(r)
 	if err := r.(flate.Resetter).Reset(bytes.NewReader(packed), nil); err != nil {
-		return nil, nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
 	}
 	var out bytes.Buffer
 	out.Grow(len(packed) * 3)
 	if _, err := out.ReadFrom(io.LimitReader(r, maxUnpacked+1)); err != nil {
-		return nil, nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: packed attrs: %v", ErrCorrupt, err)
 	}
 	if out.Len() > maxUnpacked {
-		return nil, nil, fmt.Errorf("%w: packed attrs inflate past %d bytes", ErrCorrupt, maxUnpacked)
+		return nil, fmt.Errorf("%w: packed attrs inflate past %d bytes", ErrCorrupt, maxUnpacked)
 	}
-	return head, out.Bytes(), nil
+	return out.Bytes(), nil
 }
 
 // frameHead returns JSON holding the stored frame's members other than
@@ -102,7 +170,7 @@ func unpack(b []byte) (head, attrs []byte, err error) {
 // JSON, its head when packed. Readers that need only seq, kind or
 // timestamp decode this.
 func frameHead(b []byte) []byte {
-	if len(b) == 0 || b[0] != packMarker {
+	if len(b) == 0 || !isPacked(b[0]) {
 		return b
 	}
 	n, k := binary.Uvarint(b[1:])

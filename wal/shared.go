@@ -58,13 +58,24 @@ func (db *DB) AppendFrames(ctx context.Context, ins []FrameInput) ([]Frame, erro
 	return frames, err
 }
 
-// EncodeFrame returns f as the log stores it: JSON, or packed when its
-// attrs are large and shrink (doc.go). DecodeFrame reads either back.
+// EncodeFrame returns f as replicas share it: JSON, or DEFLATE-packed
+// (0x01) when its attrs are large and shrink (doc.go), which a binary of
+// either format version reads back with DecodeFrame.
 func EncodeFrame(f *Frame) []byte {
-	if p := packAttrs(f.Attrs); p != nil {
-		return f.encodePacked(p)
+	if p := deflateAttrs(f.Attrs); p != nil {
+		return f.encodePacked(packDeflate, p)
 	}
 	return f.encode()
+}
+
+// SharedForm returns f, which the log stored as stored, as replicas share
+// it (EncodeFrame): stored itself unless the log packed it in a form only
+// format version 2 reads.
+func SharedForm(f *Frame, stored []byte) []byte {
+	if len(stored) > 0 && stored[0] == packS2Dict1 {
+		return EncodeFrame(f)
+	}
+	return stored
 }
 
 // HashMatches reports whether f's hash is the one its contents and

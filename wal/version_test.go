@@ -44,7 +44,7 @@ func openFixture(t *testing.T) (*wal.DB, string) {
 }
 
 // TestLogWrittenBeforeVersionsServes: a log written by the binary of
-// 9a65390 opens (and gets version 1), verifies, and serves its binding,
+// 9a65390 opens (and gets version 2), verifies, and serves its binding,
 // its decision and its consumed marker as that binary would.
 func TestLogWrittenBeforeVersionsServes(t *testing.T) {
 	db, dir := openFixture(t)
@@ -82,8 +82,58 @@ func TestLogWrittenBeforeVersionsServes(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if v := metaVersion(t, dir); v != "2" {
+		t.Fatalf("version key after Open: %q, want \"2\"", v)
+	}
+}
+
+// TestVersion1LogUpgraded: a version 1 log opened read-only stays as it
+// was; opened writable it becomes version 2, and a preflight it then
+// records (packed in the form version 1 does not read) verifies beside
+// the DEFLATE-packed frames of version 1.
+func TestVersion1LogUpgraded(t *testing.T) {
+	db, dir := openFixture(t)
+	db.Close()
+	setMeta(t, dir, "version", "1")
+	ro, err := wal.Open(dir, &wal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only open of a version 1 log: %v", err)
+	}
+	if d, err := ro.Decision(context.Background(), pfFixture); err != nil || !bytes.Contains(d, []byte(pfFixture)) {
+		t.Fatalf("decision read-only: %s, %v", d, err)
+	}
+	ro.Close()
 	if v := metaVersion(t, dir); v != "1" {
-		t.Fatalf("version key after Open: %q, want \"1\"", v)
+		t.Fatalf("version after a read-only Open: %q, want \"1\"", v)
+	}
+	db, err = wal.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	decision, err := os.ReadFile(filepath.Join("..", "internal", "httpapi", "testdata", "golden", "refund_pass.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := db.Binding(ctx, pfFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.PreflightID, b.AuditID = "pf_upgraded", "au_upgraded"
+	if _, err := db.RecordPreflight(ctx, wal.PreflightRecord{Binding: b, Decision: decision, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := db.Decision(ctx, "pf_upgraded"); err != nil || !bytes.Equal(d, decision) {
+		t.Fatalf("decision of the new preflight: %v", err)
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := metaVersion(t, dir); v != "2" {
+		t.Fatalf("version after a writable Open: %q, want \"2\"", v)
 	}
 }
 
@@ -92,15 +142,17 @@ func TestLogWrittenBeforeVersionsServes(t *testing.T) {
 func TestUnknownVersionRefused(t *testing.T) {
 	db, dir := openFixture(t)
 	db.Close()
-	setMeta(t, dir, "version", "2")
-	if db, err := wal.Open(dir, nil); !errors.Is(err, wal.ErrVersionMismatch) {
-		if err == nil {
-			db.Close()
+	for _, v := range []string{"3", "0", "x"} {
+		setMeta(t, dir, "version", v)
+		if db, err := wal.Open(dir, nil); !errors.Is(err, wal.ErrVersionMismatch) {
+			if err == nil {
+				db.Close()
+			}
+			t.Fatalf("open a version %q log: %v, want wal.ErrVersionMismatch", v, err)
 		}
-		t.Fatalf("open a version 2 log: %v, want wal.ErrVersionMismatch", err)
-	}
-	if v := metaVersion(t, dir); v != "2" {
-		t.Fatalf("version after the refused Open: %q", v)
+		if got := metaVersion(t, dir); got != v {
+			t.Fatalf("version after the refused Open: %q, want %q", got, v)
+		}
 	}
 }
 

@@ -68,10 +68,13 @@ var (
 	keyBase    = []byte("base")
 )
 
-// FormatVersion is the on-disk format this package writes and reads
-// (doc.go). A log without the meta bucket's "version" key was written
-// before the key existed, in this same format, and gets the key at Open.
-const FormatVersion = 1
+// FormatVersion is the on-disk format this package writes (doc.go). It
+// also reads version 1, which differs only in packing its large frames
+// with DEFLATE alone: a writable Open of a version 1 log makes it version
+// 2, since the frames it adds may be packed in a form version 1 does not
+// read. A log without the meta bucket's "version" key was written before
+// the key existed, in version 1.
+const FormatVersion = 2
 
 // FileName is the name of the log file inside the data directory.
 const FileName = "wal.db"
@@ -256,7 +259,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
 				}
 			}
-			if err := checkVersion(meta); err != nil {
+			if err := checkVersion(meta, false); err != nil {
 				return err
 			}
 			return readHead(meta)
@@ -268,7 +271,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return err
 				}
 			}
-			if err := checkVersion(tx.Bucket(bucketMeta)); err != nil {
+			if err := checkVersion(tx.Bucket(bucketMeta), true); err != nil {
 				return err
 			}
 			return readHead(tx.Bucket(bucketMeta))
@@ -640,7 +643,7 @@ func chainFrame(in FrameInput, head chainPoint, replica string) (Frame, []byte, 
 	f.Hash = f.computeHash()
 	var stored []byte
 	if attrs.packed != nil {
-		stored = f.encodePacked(attrs.packed)
+		stored = f.encodePacked(packS2Dict1, attrs.packed)
 	} else {
 		stored = f.encode()
 	}
@@ -688,15 +691,20 @@ func auditKey(auditID string, seq uint64) []byte {
 	return append(k, s[:]...)
 }
 
-// checkVersion refuses a log of another format version and writes the
-// version into a log that has none (one written before the key existed).
-func checkVersion(meta *bolt.Bucket) error {
+// checkVersion refuses a log of a format version this binary does not
+// read. When writable, it records FormatVersion in a log of an older one
+// (or of none: written before the key existed).
+func checkVersion(meta *bolt.Bucket, writable bool) error {
 	v := meta.Get(keyVersion)
-	if v == nil {
-		return meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
+	n := 1
+	if v != nil {
+		var err error
+		if n, err = strconv.Atoi(string(v)); err != nil || n < 1 || n > FormatVersion {
+			return fmt.Errorf("%w: the log is version %q, this binary reads versions 1 to %d", ErrVersionMismatch, v, FormatVersion)
+		}
 	}
-	if n, err := strconv.Atoi(string(v)); err != nil || n != FormatVersion {
-		return fmt.Errorf("%w: the log is version %q, this binary reads version %d", ErrVersionMismatch, v, FormatVersion)
+	if writable && n != FormatVersion {
+		return meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
 	}
 	return nil
 }

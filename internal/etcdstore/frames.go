@@ -124,8 +124,8 @@ func (s *Store) AppendRefusal(ctx context.Context, in wal.FrameInput) (wal.Frame
 
 // startCopy queues frames, appended to the log at base, for a copy
 // transaction without waiting. stored, when not nil, holds each frame as
-// the log stored it (wal.EncodeFrame's bytes), which the copy sends as
-// they are.
+// the log stored it, which the copy sends in its shared form
+// (wal.SharedForm: the same bytes but for a packed preflight frame).
 func (s *Store) startCopy(baseSeq uint64, baseHash string, frames []wal.Frame, stored [][]byte) *copyRequest {
 	req := &copyRequest{frames: frames, stored: stored, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
 	for i := range frames {
@@ -214,7 +214,7 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 			w.keys = append(w.keys, k)
 			idx.Frames = append(idx.Frames, string(k))
 			if r.stored != nil {
-				w.values = append(w.values, r.stored[i])
+				w.values = append(w.values, wal.SharedForm(f, r.stored[i]))
 			} else {
 				w.values = append(w.values, wal.EncodeFrame(f))
 			}
