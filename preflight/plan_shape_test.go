@@ -167,3 +167,49 @@ func TestPlanShapeFollowsTheKindRule(t *testing.T) {
 		}
 	}
 }
+
+// TestViolationsBounded: a row lists at most 100 violations, and none
+// past 64 KiB of their text after the first, and counts the rest; a long
+// step id with thousands of depends_on entries naming nothing made an
+// answer 1,600 times the request's size before.
+func TestViolationsBounded(t *testing.T) {
+	gov := loadGovernance(t)
+	for name, tc := range map[string]struct {
+		id         string
+		deps       int
+		wantListed int
+	}{
+		"many short":        {"s1", 2000, maxRowViolations},
+		"long id":           {strings.Repeat("S", 25000), 2000, 2},
+		"one past the size": {strings.Repeat("S", maxRowViolationBytes), 3, 1},
+		"under the bounds":  {"s1", 40, 40},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := echoRequest(1)
+			req.Plan.Steps[0].ID = tc.id
+			req.Plan.Steps[0].DependsOn = make([]string, tc.deps)
+			got, err := checkPlanShape(newEvaluation(req, nil, gov))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Outcome != RowFail || got.Reason != ReasonPlanShapeInvalid {
+				t.Fatalf("row %s %s, want a plan_shape_invalid fail", got.Outcome, got.Reason)
+			}
+			listed := got.Evidence["violations"].([]Violation)
+			omitted, _ := got.Evidence["violations_omitted"].(int)
+			if len(listed) != tc.wantListed || omitted != tc.deps-tc.wantListed {
+				t.Fatalf("%d violations listed and %d omitted, want %d and %d", len(listed), omitted, tc.wantListed, tc.deps-tc.wantListed)
+			}
+			if _, ok := got.Evidence["violations_omitted"]; ok != (omitted > 0) {
+				t.Fatalf("violations_omitted present %v with %d omitted", ok, omitted)
+			}
+			b, err := json.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limit := len(tc.id) + maxRowViolationBytes + maxRowViolations*128; len(b) > limit {
+				t.Fatalf("row is %d bytes, want at most %d", len(b), limit)
+			}
+		})
+	}
+}

@@ -8,12 +8,26 @@ type Violation struct {
 	Message string `json:"message"`
 }
 
+// A row lists at most maxRowViolations violations, and after its first
+// none past maxRowViolationBytes of step ids, fields and messages; the
+// evidence counts the rest under "violations_omitted". A violation repeats
+// its step's id and often a value of the request, so without the bound a
+// request of tens of kilobytes (a long step id, thousands of depends_on
+// entries naming nothing) was answered, and stored, in tens of megabytes.
+const (
+	maxRowViolations     = 100
+	maxRowViolationBytes = 64 << 10
+)
+
 // row collects the violations of one contract and turns them into its
 // Result.
 type row struct {
 	contract   string
 	violations []Violation
-	hints      []Hint
+	// listed is the bytes of the violations listed; omitted counts those
+	// past the bounds.
+	listed, omitted int
+	hints           []Hint
 	// unhinted is set when some violation has no bounded hint.
 	unhinted bool
 	// extra evidence beside the violations.
@@ -26,20 +40,31 @@ func newRow(contract string) *row {
 
 // fail records a violation with no mechanical repair.
 func (r *row) fail(step, field, message string) {
-	r.violations = append(r.violations, Violation{Step: step, Field: field, Message: message})
+	r.add(step, field, message)
 	r.unhinted = true
 }
 
 // repairable records a violation that setting field to suggestion repairs.
 func (r *row) repairable(step, field, message string, suggestion any) {
-	r.violations = append(r.violations, Violation{Step: step, Field: field, Message: message})
+	r.add(step, field, message)
 	r.hints = append(r.hints, Hint{Field: field, Suggestion: suggestion, Bounded: true})
 }
 
 // covered records a violation that another violation's hint in the same
 // row also repairs.
 func (r *row) covered(step, field, message string) {
+	r.add(step, field, message)
+}
+
+// add lists a violation, or counts it omitted past the row's bounds.
+func (r *row) add(step, field, message string) {
+	n := len(step) + len(field) + len(message)
+	if len(r.violations) > 0 && (len(r.violations) == maxRowViolations || r.listed+n > maxRowViolationBytes) {
+		r.omitted++
+		return
+	}
 	r.violations = append(r.violations, Violation{Step: step, Field: field, Message: message})
+	r.listed += n
 }
 
 // result is the pass or blocking-fail row. A row offers its hints only when
@@ -61,6 +86,9 @@ func (r *row) result(reason string) Result {
 		hints = []Hint{}
 	}
 	r.evidence["violations"] = r.violations
+	if r.omitted > 0 {
+		r.evidence["violations_omitted"] = r.omitted
+	}
 	return Result{
 		Contract:    r.contract,
 		Outcome:     RowFail,
