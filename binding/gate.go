@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -857,14 +858,15 @@ var methodOverrides = []string{"x-http-method-override", "x-http-method", "x-met
 // upper-case them (Werkzeug does), and some take the method from an
 // override header, so "post" and a GET overridden to POST are POSTs here.
 // An override naming several methods (a repeated header, joined) is a
-// POST when any of them is: frameworks differ on which one they take.
+// POST when any of them is: frameworks differ on which one they take. An
+// override spelt with underscores counts too: CGI and WSGI servers fold
+// "_" and "-" into one variable (HTTP_X_HTTP_METHOD_OVERRIDE).
 func isPost(method string, headers map[string]string) bool {
 	if strings.EqualFold(strings.TrimSpace(method), http.MethodPost) {
 		return true
 	}
-	for _, h := range methodOverrides {
-		v, ok := headers[h]
-		if !ok {
+	for name, v := range headers {
+		if !slices.Contains(methodOverrides, strings.ReplaceAll(name, "_", "-")) {
 			continue
 		}
 		for m := range strings.SplitSeq(v, ",") {

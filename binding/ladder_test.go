@@ -339,6 +339,22 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		// CGI and WSGI servers fold "_" into "-": X_HTTP_Method_Override
+		// reaches a Flask-style override as the dashed header does.
+		"PUT overridden to POST with underscores is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x_http_method_override": "POST"})
+				r.Method = http.MethodPut
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
+		"x_method-override naming POST is gated": {
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x_method-override": "POST"})
+				r.Method = http.MethodPatch
+				return r
+			},
+			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"POST with white space around it is gated": {
 			call: func(e *env) *binding.Request {
 				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
