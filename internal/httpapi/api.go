@@ -320,7 +320,21 @@ func (a *API) getAudit(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, http.StatusUnauthorized, preflight.CodeUnauthorized, "", "A valid bearer token is required.", false)
 		return
 	}
-	kinds, ok := wal.AuditKinds(r.URL.Query()["include"])
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// url.Values would drop the bad pair: ?include=all;x must not
+		// answer with fewer frames than the client asked for.
+		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", "The query string does not parse: "+err.Error()+".", false)
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if name != "include" {
+			a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "",
+				fmt.Sprintf("Unknown query parameter %q: GET /v1/audit takes only include.", name), false)
+			return
+		}
+	}
+	kinds, ok := wal.AuditKinds(q["include"])
 	if !ok {
 		a.fail(w, http.StatusBadRequest, preflight.CodeMalformedRequest, "", "include must name outcome, approval or all.", false)
 		return

@@ -517,6 +517,20 @@ func TestAuditJoin(t *testing.T) {
 		})
 	}
 
+	t.Run("a query it cannot read is refused", func(t *testing.T) {
+		f := newFixture(t)
+		d := mustDecision(t, f.post(readRequest(t, "echo_pass")))
+		for _, q := range []string{"?include=%zz", "?include=all;x", "?includes=all", "?x=1", "?include=outcomes"} {
+			r := f.do(http.MethodGet, "/v1/audit/"+d.AuditID+q, nil)
+			if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"malformed-request"`) {
+				t.Errorf("%s: %d %s, want 400 malformed-request", q, r.status, r.body)
+			}
+		}
+		if r := f.do(http.MethodGet, "/v1/audit/"+d.AuditID+"?include=all", nil); r.status != http.StatusOK {
+			t.Errorf("?include=all: %d %s", r.status, r.body)
+		}
+	})
+
 	t.Run("decision frames in timestamp order", func(t *testing.T) {
 		f := newFixture(t)
 		d := mustDecision(t, f.post(readRequest(t, "echo_pass")))
