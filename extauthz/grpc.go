@@ -108,29 +108,46 @@ func RequestFromCheck(req *authv3.CheckRequest) *binding.Request {
 	if _, ok := r.Headers[binding.HeaderRequestID]; !ok && h.GetId() != "" {
 		r.Headers[binding.HeaderRequestID] = h.GetId()
 	}
-	if raw := h.GetRawBody(); len(raw) > 0 {
+	raw, text := h.GetRawBody(), h.GetBody()
+	if len(raw) > 0 {
 		r.Body = raw
-	} else if b := h.GetBody(); b != "" {
-		r.Body = []byte(b)
+	} else if text != "" {
+		r.Body = []byte(text)
 	}
-	if declaredLonger(r.Headers["content-length"], len(r.Body)) {
-		// Envoy sent less than the request holds (a body cut at
-		// max_request_bytes, or a filter that does not buffer it): the
-		// args the runtime would get are not the args judged.
-		r.BodyErr = binding.ErrPartialBody
+	if len(raw) > 0 && text != "" {
+		r.BodyErr = errTwoBodies
+	} else {
+		// A longer Content-Length: Envoy sent less than the request holds
+		// (a body cut at max_request_bytes, or a filter that does not
+		// buffer it), so the args the runtime would get are not the args
+		// judged.
+		r.BodyErr = checkLength(r.Headers["content-length"], len(r.Body))
 	}
 	return r
 }
 
-// declaredLonger reports whether a Content-Length value declares more bytes
-// than received. A value that is not a number is left to the proxy, which
-// refuses such requests itself.
-func declaredLonger(contentLength string, received int) bool {
+// checkLength compares a Content-Length value (repeated values joined
+// with commas) with the bytes received: ErrPartialBody when it declares
+// more, errBodyLength when it is not a length or declares fewer.
+func checkLength(contentLength string, received int) error {
 	if contentLength == "" {
-		return false
+		return nil
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(contentLength), 10, 64)
-	return err == nil && n > int64(received)
+	var declared int64 = -1
+	for v := range strings.SplitSeq(contentLength, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 || (declared >= 0 && n != declared) {
+			return errBodyLength
+		}
+		declared = n
+	}
+	switch {
+	case declared > int64(received):
+		return binding.ErrPartialBody
+	case declared < int64(received):
+		return errBodyLength
+	}
+	return nil
 }
 
 // pseudoHeader is a request attribute given as both a field and a pseudo

@@ -81,6 +81,13 @@ var (
 	// errOriginRepeated: a forward-auth header naming the original method
 	// or URI comes more than once; one of them may be the client's.
 	errOriginRepeated = errors.New("extauthz: a forwarded method or URI header is given more than once")
+	// errTwoBodies: a CheckRequest carries both body and raw_body. Envoy
+	// sets one of them; a check carrying two bodies is not judged on one.
+	errTwoBodies = errors.New("extauthz: the CheckRequest carries both body and raw_body")
+	// errBodyLength: a CheckRequest's Content-Length is not a length, or
+	// declares fewer bytes than its body holds, so the body is not the
+	// request's.
+	errBodyLength = errors.New("extauthz: the CheckRequest's content-length does not fit its body")
 )
 
 // originHeaders are the headers that name the request a forward-auth check

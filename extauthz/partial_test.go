@@ -76,3 +76,45 @@ func TestGRPCBodyLimitMatchesHTTPCheck(t *testing.T) {
 	wantDenied(t, check(t, c, envoyCheck("tool.echo", over, pf.PreflightID, "req-2")),
 		codes.PermissionDenied, typev3.StatusCode_Forbidden, "gate: malformed_tool_call")
 }
+
+// TestGRPCBodyNotTheRequests: a check whose body is not the request's (two
+// bodies, a Content-Length that is no length or declares fewer bytes than
+// the body) is denied gate: malformed_tool_call in every mode, spending
+// nothing; a Content-Length repeated with one value is the body's.
+func TestGRPCBodyNotTheRequests(t *testing.T) {
+	shell := envoyCheck("tool.shell", map[string]any{"cmd": "rm -rf /"}, "", "x").Attributes.Request.Http.RawBody
+	bad := map[string]func(h *authv3.AttributeContext_HttpRequest){
+		"body and raw_body": func(h *authv3.AttributeContext_HttpRequest) { h.Body = string(shell) },
+		"content-length not a number": func(h *authv3.AttributeContext_HttpRequest) {
+			h.Headers["content-length"] = "abc"
+		},
+		"content-length negative": func(h *authv3.AttributeContext_HttpRequest) { h.Headers["content-length"] = "-5" },
+		"content-length shorter than the body": func(h *authv3.AttributeContext_HttpRequest) {
+			h.Headers["content-length"] = "3"
+		},
+		"content-length twice, two values": func(h *authv3.AttributeContext_HttpRequest) {
+			h.Headers["content-length"] = fmt.Sprintf("%d,%d", len(h.RawBody), len(h.RawBody)+1)
+		},
+	}
+	for name, spoil := range bad {
+		for _, mode := range []binding.Mode{binding.ModeEnforce, binding.ModeAdvisory} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				e := newEnv(t, mode)
+				c := serveGRPC(t, e.gate)
+				pf := e.record("tool.echo", map[string]any{"msg": "hi"})
+				req := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")
+				spoil(req.Attributes.Request.Http)
+				wantDenied(t, check(t, c, req), codes.PermissionDenied, typev3.StatusCode_Forbidden, "gate: malformed_tool_call")
+				whole := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-2")
+				wantAllowed(t, check(t, c, whole), pf.AuditID, string(mode), preflight.ReasonPassed, "")
+			})
+		}
+	}
+	e := newEnv(t, binding.ModeEnforce)
+	c := serveGRPC(t, e.gate)
+	pf := e.record("tool.echo", map[string]any{"msg": "hi"})
+	req := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")
+	h := req.Attributes.Request.Http
+	h.Headers["content-length"] = fmt.Sprintf("%d, %d", len(h.RawBody), len(h.RawBody))
+	wantAllowed(t, check(t, c, req), pf.AuditID, "enforce", preflight.ReasonPassed, "")
+}
