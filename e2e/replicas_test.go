@@ -274,6 +274,24 @@ func TestReplicaStartedWithEtcdDown(t *testing.T) {
 	r.waitReady(t, "etcd's start")
 }
 
+// TestDuplicateReplicaIDIsUnready: a second process with a live replica's
+// id and another data dir is not ready, and its log names the conflict,
+// not etcd as unreachable.
+func TestDuplicateReplicaIDIsUnready(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{})
+	a := startReplicas(t, c.Endpoints(), 1)[0]
+	a.waitReady(t, "its start")
+	b := startReplicas(t, c.Endpoints(), 1)[0]
+	status, body := getBody(t, b.URL("/readyz"))
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "replica_id") {
+		t.Fatalf("/readyz of a second replica-a: %d %s, want 503 naming replica_id", status, body)
+	}
+	logs := b.Logs()
+	if !strings.Contains(logs, "another live process holds this replica_id") || strings.Contains(logs, "does not answer yet") {
+		t.Fatalf("the second replica-a's log should name the conflict and not blame etcd:\n%s", logs)
+	}
+}
+
 // TestReplicasOnEtcdBinary runs two replicas against an etcd server
 // started from its own binary (Debian's etcd-server is 3.4).
 func TestReplicasOnEtcdBinary(t *testing.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
@@ -51,7 +52,9 @@ func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, 
 	if err != nil {
 		return nil, err
 	}
-	if err := es.Probe(ctx); err != nil {
+	// A replica_id another process holds is logged by the store itself:
+	// etcd answered.
+	if err := es.Probe(ctx); err != nil && !errors.Is(err, etcdstore.ErrDuplicateReplica) {
 		s.log.Error("etcd does not answer yet; unready until it does", "endpoints", e.Endpoints, "err", err)
 	}
 	return es, nil
