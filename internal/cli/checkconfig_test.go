@@ -64,6 +64,17 @@ func TestCheckConfigClauses(t *testing.T) {
 				"1 capabilities",
 			},
 		},
+		"the etcd store and the replica are named": {
+			data:       "autonomy:\n  capabilities: {}\n",
+			config:     "store:\n  etcd:\n    endpoints: [\"http://127.0.0.1:2379\"]\nreplica_id: replica-7\n",
+			wantCode:   0,
+			wantStdout: []string{"store: etcd at http://127.0.0.1:2379, prefix \"/contractrefine/\", replica replica-7"},
+		},
+		"the bbolt store is named": {
+			data:       "autonomy:\n  capabilities: {}\n",
+			wantCode:   0,
+			wantStdout: []string{"store: bbolt, WAL in "},
+		},
 		"a bad cost limit value is named": {
 			data:       "autonomy:\n  capabilities: {}\n",
 			config:     "clauses:\n  cost_limit: -1\n",

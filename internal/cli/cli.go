@@ -253,6 +253,12 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 			}
 			fmt.Fprintf(stdout, "configuration ok: mode %s, bundle %s (revision %s, %d capabilities)\n",
 				cfg.ContractRefine.Mode, b.Source(), b.Revision(), len(b.Governance().Capabilities))
+			if cfg.StoreBackend() == config.BackendEtcd {
+				fmt.Fprintf(stdout, "store: etcd at %s, prefix %q, replica %s; WAL in %s\n",
+					strings.Join(cfg.Store.Etcd.Endpoints, ","), cfg.Store.Etcd.Prefix, cfg.Replica(), cfg.DataDir)
+			} else {
+				fmt.Fprintf(stdout, "store: bbolt, WAL in %s\n", cfg.DataDir)
+			}
 			for _, note := range b.Unenforced() {
 				fmt.Fprintln(stdout, "note:", note)
 			}

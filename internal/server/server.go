@@ -565,7 +565,11 @@ func (s *Server) Run(ctx context.Context) error {
 	attrs := []any{"http_addr", httpLn.Addr().String(), "grpc_addr", addrString(grpcLn),
 		"mode", string(s.cfg.ContractRefine.Mode), "bundle", s.bundle.Load().Source(),
 		"bundle_revision", s.bundle.Load().Revision(), "wal", s.db.Path(),
-		"tls", s.sec.tls.HTTP != nil, "mtls", s.cfg.TLS.ClientCAFile != "", "read_tokens", s.sec.access.TokensConfigured()}
+		"tls", s.sec.tls.HTTP != nil, "mtls", s.cfg.TLS.ClientCAFile != "", "read_tokens", s.sec.access.TokensConfigured(),
+		"store", s.cfg.StoreBackend()}
+	if r := walReplica(&s.cfg); r != "" {
+		attrs = append(attrs, "replica", r)
+	}
 	if s.cfg.Upstream != "" {
 		up, _ := url.Parse(s.cfg.Upstream)
 		gwLn := lns.Gateway
