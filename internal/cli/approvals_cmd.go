@@ -40,6 +40,9 @@ func newApprovals(stdout, _ io.Writer) *cobra.Command {
 		Short: "List the approvals the token may decide (--state pending, the default) or its tenant's decisions (--state decided)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if state != "pending" && state != "decided" {
+				return fmt.Errorf("--state %q: want pending or decided", state)
+			}
 			q := url.Values{"state": {state}}
 			if limit > 0 {
 				q.Set("limit", fmt.Sprint(limit))

@@ -63,3 +63,12 @@ func TestServerCommandsGiveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestApprovalsListStateCheckedFirst: a --state other than pending or
+// decided is refused before any request is sent.
+func TestApprovalsListStateCheckedFirst(t *testing.T) {
+	code, _, errs := runCLI(t, "approvals", "list", "--server", "http://127.0.0.1:1", "--token", "t", "--state", "bogus")
+	if code == 0 || !strings.Contains(errs, `--state "bogus": want pending or decided`) {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+}
