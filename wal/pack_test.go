@@ -217,7 +217,8 @@ func mustJSON(t *testing.T, v any) []byte {
 // BenchmarkPackAttrs is the packing of a one-step preflight's attrs, as the
 // log stores it and as replicas share it.
 func BenchmarkPackAttrs(b *testing.B) {
-	// Decisions none of whose frames went into packdict1.txt.
+	// Decisions none of whose frames went into packdict1.txt; their test
+	// ids did, so these S2 sizes are lower than a live log's.
 	for _, name := range []string{"echo_no_session", "refund_model_high_risk"} {
 		raw, err := os.ReadFile("../internal/httpapi/testdata/golden/" + name + ".json")
 		if err != nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,9 +108,13 @@ func TestVersion1LogUpgraded(t *testing.T) {
 	if v := metaVersion(t, dir); v != "1" {
 		t.Fatalf("version after a read-only Open: %q, want \"1\"", v)
 	}
-	db, err = wal.Open(dir, nil)
+	var logs bytes.Buffer
+	db, err = wal.Open(dir, &wal.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "wal format upgraded") {
+		t.Errorf("upgrading a log logged %q, want a line saying so", logs.String())
 	}
 	ctx := context.Background()
 	decision, err := os.ReadFile(filepath.Join("..", "internal", "httpapi", "testdata", "golden", "refund_pass.json"))
@@ -137,12 +143,32 @@ func TestVersion1LogUpgraded(t *testing.T) {
 	}
 }
 
+// TestNewLogIsNotAnUpgrade: a new log gets version 2 without the
+// upgrade's log line, and reopening it logs nothing either.
+func TestNewLogIsNotAnUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	for range 2 {
+		var logs bytes.Buffer
+		db, err := wal.Open(dir, &wal.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		if strings.Contains(logs.String(), "upgraded") {
+			t.Fatalf("opening a version 2 log logged %q", logs.String())
+		}
+	}
+	if v := metaVersion(t, dir); v != "2" {
+		t.Fatalf("version of a new log: %q", v)
+	}
+}
+
 // TestUnknownVersionRefused: a log of a format version this binary does
 // not know is refused at Open with ErrVersionMismatch, and left as it was.
 func TestUnknownVersionRefused(t *testing.T) {
 	db, dir := openFixture(t)
 	db.Close()
-	for _, v := range []string{"3", "0", "x"} {
+	for _, v := range []string{"3", "0", "x", "02", "+2", " 2", "01"} {
 		setMeta(t, dir, "version", v)
 		if db, err := wal.Open(dir, nil); !errors.Is(err, wal.ErrVersionMismatch) {
 			if err == nil {

@@ -251,6 +251,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 		return nil
 	}
+	var upgraded bool
 	if o.ReadOnly {
 		err = db.view(func(tx *Tx) error {
 			meta := tx.btx.Bucket(bucketMeta)
@@ -259,7 +260,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
 				}
 			}
-			if err := checkVersion(meta, false); err != nil {
+			if _, err := checkVersion(meta, false); err != nil {
 				return err
 			}
 			return readHead(meta)
@@ -271,7 +272,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return err
 				}
 			}
-			if err := checkVersion(tx.Bucket(bucketMeta), true); err != nil {
+			if upgraded, err = checkVersion(tx.Bucket(bucketMeta), true); err != nil {
 				return err
 			}
 			return readHead(tx.Bucket(bucketMeta))
@@ -282,6 +283,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 			bdb.Close()
 		}
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
+	}
+	if upgraded {
+		db.log.Info("wal format upgraded: the log now records format version "+strconv.Itoa(FormatVersion)+
+			"; binaries that read only version 1 refuse it", "path", path)
 	}
 	db.ino, _ = statID(path)
 	if !o.NoSync && !o.ReadOnly {
@@ -692,19 +697,23 @@ func auditKey(auditID string, seq uint64) []byte {
 }
 
 // checkVersion refuses a log of a format version this binary does not
-// read. When writable, it records FormatVersion in a log of an older one
-// (or of none: written before the key existed).
-func checkVersion(meta *bolt.Bucket, writable bool) error {
+// read: a value other than "1" or "2", exactly. When writable, it records
+// FormatVersion in a log of an older one (or of none: written before the
+// key existed, or new) and reports whether that log held frames, whose
+// format it then changed.
+func checkVersion(meta *bolt.Bucket, writable bool) (upgraded bool, err error) {
 	v := meta.Get(keyVersion)
-	n := 1
-	if v != nil {
-		var err error
-		if n, err = strconv.Atoi(string(v)); err != nil || n < 1 || n > FormatVersion {
-			return fmt.Errorf("%w: the log is version %q, this binary reads versions 1 to %d", ErrVersionMismatch, v, FormatVersion)
+	switch string(v) {
+	case strconv.Itoa(FormatVersion):
+		return false, nil
+	case "1":
+	default:
+		if v != nil {
+			return false, fmt.Errorf("%w: the log is version %q, this binary reads versions 1 to %d", ErrVersionMismatch, v, FormatVersion)
 		}
 	}
-	if writable && n != FormatVersion {
-		return meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
+	if !writable {
+		return false, nil
 	}
-	return nil
+	return v != nil || meta.Get(keyHead) != nil, meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
 }
