@@ -607,7 +607,7 @@ func mcpAdvice(reason string) string {
 	case reasonVerifierMissing:
 		return "The gate could not decide just now: try again later."
 	case preflight.ReasonApprovalPending:
-		return "The step waits for a person's approval: ask for it, and call again once it is approved."
+		return "The step waits for a person's approval: ask for it, and call again once it is approved. If its approval window has passed, no approval can come: preflight the plan again."
 	case preflight.ReasonApprovalRejected:
 		return "A person rejected this step: do not call it; change the plan."
 	}
