@@ -380,6 +380,15 @@ func TestGroupCommitSharesCommits(t *testing.T) {
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte(`{"seq":1,"kind":"autonomy.decision","timestamp":"2026-06-23T14:29:00Z","audit_id":"au","attrs":{},"prev_hash":"","hash":"` + string(bytes.Repeat([]byte("a"), 64)) + `"}`))
 	f.Add([]byte(`{}`))
+	// A packed frame of each form, so that mutations reach both readers.
+	canonical, err := EncodeAttrs(bigAttrs())
+	if err != nil {
+		f.Fatal(err)
+	}
+	pf := Frame{Seq: 2, Kind: KindPreflight, Timestamp: "2026-06-23T14:29:00Z", AuditID: "au_x", Attrs: canonical}
+	pf.Hash = pf.computeHash()
+	f.Add(pf.encodePacked(packS2Dict1, packAttrs(canonical)))
+	f.Add(pf.encodePacked(packDeflate, deflateAttrs(canonical)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := DecodeFrame(b)
 		if err != nil {
