@@ -37,8 +37,11 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 )
 
-// The headers the check reads; Envoy must pass all three to ext_authz.
-var checkHeaders = []string{"x-autonomy-preflight-id", "x-request-id", "x-autonomy-actor"}
+// The headers the check reads; Envoy must pass them all to ext_authz: the
+// method-override headers too, or a GET naming POST in one would reach a
+// runtime that routes it as a POST ungated.
+var checkHeaders = []string{"x-autonomy-preflight-id", "x-request-id", "x-autonomy-actor",
+	"x-http-method-override", "x-http-method", "x-method-override"}
 
 const (
 	actorHeader      = "x-autonomy-actor"
