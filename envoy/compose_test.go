@@ -141,6 +141,7 @@ func TestCompose(t *testing.T) {
 	serviceConfigPath := service.mountOf("./envoy/autonomy.yaml")
 	serviceArgs := append(slices.Clone(service.Entrypoint), service.Command...)
 	serviceCfg := checkAutonomyConfig(t, readFile(t, "autonomy.yaml"))
+	checkEtcdTimeout(t, "envoy/autonomy.yaml", &serviceCfg)
 	runtimeArgs := append(slices.Clone(runtime.Entrypoint), runtime.Command...)
 
 	t.Run("envoy runs the pinned official image with envoy.yaml", func(t *testing.T) {

@@ -53,6 +53,7 @@ type replicasDoc struct {
 						} `yaml:"valueFrom"`
 					} `yaml:"env"`
 					ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+					LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
 				} `yaml:"containers"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -95,7 +96,7 @@ func labelsMatch(sel, labels map[string]string) bool {
 func TestK8sReplicas(t *testing.T) {
 	docs := replicasDocs(t)
 	for _, key := range []string{"ConfigMap/autonomy-replicas", "Deployment/autonomy", "Service/autonomy",
-		"PodDisruptionBudget/autonomy", "Service/etcd", "StatefulSet/etcd", "PodDisruptionBudget/etcd"} {
+		"PodDisruptionBudget/autonomy", "Service/etcd", "StatefulSet/etcd", "PodDisruptionBudget/etcd", "NetworkPolicy/etcd"} {
 		if _, ok := docs[key]; !ok {
 			t.Fatalf("%s has no %s", replicasFile, key)
 		}
@@ -143,11 +144,7 @@ func TestK8sReplicas(t *testing.T) {
 	if err := cfg.Validate(); err != nil || cfg.StoreBackend() != config.BackendEtcd || cfg.ContractRefine.Mode != config.ModeEnforce {
 		t.Fatalf("autonomy.yaml in the ConfigMap: backend %s, mode %s, %v; want etcd, enforce, valid", cfg.StoreBackend(), cfg.ContractRefine.Mode, err)
 	}
-	// Envoy's ext_authz timeout (envoy.yaml, pod.yaml) is 2s: a consume
-	// etcd answers just under request_timeout must still reach it in time.
-	if d := cfg.Store.Etcd.RequestTimeout; d >= 2*time.Second {
-		t.Errorf("store.etcd.request_timeout %s, want it under Envoy's ext_authz timeout of 2s", d)
-	}
+	checkEtcdTimeout(t, replicasFile, &cfg)
 	var hosts []string
 	for _, e := range cfg.Store.Etcd.Endpoints {
 		u, err := url.Parse(e)
@@ -176,7 +173,30 @@ func TestK8sReplicas(t *testing.T) {
 	if c.ReadinessProbe == nil || !strings.Contains(c.ReadinessProbe.target(), "/readyz") {
 		t.Errorf("autonomy's readiness probe is not /readyz, which is unready while etcd cannot answer")
 	}
+	// /readyz asks etcd after a synced WAL write; the kubelet's default of
+	// 1s would flap every replica together when etcd is slow.
+	for _, p := range []*k8sProbe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.TimeoutSeconds < 3 {
+			t.Errorf("autonomy probe %v: want timeoutSeconds of at least 3", p)
+		}
+	}
 	if !labelsMatch(dep.Spec.Selector.MatchLabels, dep.Spec.Template.Metadata.Labels) {
 		t.Errorf("the Deployment's selector does not match its pods")
+	}
+}
+
+// envoyCheckTimeout is the ext_authz timeout of every shipped Envoy config
+// (envoy_test.go checks it).
+const envoyCheckTimeout = 2 * time.Second
+
+// checkEtcdTimeout: a consume may wait store.etcd.request_timeout to be
+// sent and as long again for its transaction; twice it plus policy.timeout
+// must stay under Envoy's ext_authz timeout, or Envoy answers 503 while
+// etcd may still take the consume and spend the step.
+func checkEtcdTimeout(t *testing.T, file string, cfg *config.Config) {
+	t.Helper()
+	if worst := 2*cfg.Store.Etcd.RequestTimeout + cfg.Policy.Timeout; worst >= envoyCheckTimeout*9/10 {
+		t.Errorf("%s: 2 × store.etcd.request_timeout (%s) + policy.timeout (%s) = %s, want it well under Envoy's ext_authz timeout of %s",
+			file, cfg.Store.Etcd.RequestTimeout, cfg.Policy.Timeout, worst, envoyCheckTimeout)
 	}
 }
