@@ -239,6 +239,23 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 			t.Errorf("an unrelated underscore header was dropped: %v", got)
 		}
 	})
+	t.Run("the client's address headers do not reach the upstream", func(t *testing.T) {
+		headers := make(chan http.Header, 1)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { headers <- r.Header.Clone() }))
+		defer up.Close()
+		u, _ := url.Parse(up.URL)
+		gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10,
+			NewRequestID: func() string { return "rq-1" }}))
+		defer gw.Close()
+		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Real-Ip": "10.1.1.1", "X_Real_Ip": "10.1.1.2",
+			"X-Forwarded-For": "10.1.1.1", "Forwarded": "for=10.1.1.1"}, `{"kind":"tool.echo"}`)
+		got := <-headers
+		if v := got.Values("X-Real-Ip"); len(v) > 0 || got.Get("X_Real_Ip") != "" || got.Get("Forwarded") != "" ||
+			got.Get("X-Forwarded-For") != "127.0.0.1" {
+			t.Errorf("upstream got X-Real-Ip %q, X_Real_Ip %q, Forwarded %q, X-Forwarded-For %q; want only the gateway's peer in X-Forwarded-For",
+				v, got.Get("X_Real_Ip"), got.Get("Forwarded"), got.Get("X-Forwarded-For"))
+		}
+	})
 	t.Run("Connection cannot drop the gateway's headers", func(t *testing.T) {
 		_, gw, seen := newGateway(t, true)
 		do(t, "POST", gw.URL+"/v1/tool", map[string]string{
