@@ -416,6 +416,14 @@ func TestEnvoyConfigs(t *testing.T) {
 			if len(c.clusters) != len(w.endpoints) {
 				t.Errorf("clusters = %v, want exactly %v", slices.Sorted(maps.Keys(c.clusters)), slices.Sorted(maps.Keys(w.endpoints)))
 			}
+			// The front proxy of the replicas profile resolves several
+			// replicas: one that cannot decide must leave the rotation.
+			if name == "envoy.yaml" {
+				hcs := c.clusters["autonomy_grpc"].GetHealthChecks()
+				if len(hcs) != 1 || hcs[0].GetGrpcHealthCheck() == nil {
+					t.Errorf("cluster autonomy_grpc health checks %v, want one grpc_health_check (the service's grpc.health.v1 mirrors /readyz)", hcs)
+				}
+			}
 
 			// The http_service example has no gRPC, so no ext_proc.
 			gated, upstream := w.gated, w.upstream
