@@ -531,6 +531,12 @@ func checkExtProc(t *testing.T, c envoyConfig, gatedPath string) {
 	if p.GetObservabilityMode() {
 		t.Error("ext_proc in observability_mode cannot replace a violating response")
 	}
+	kept := exactPatterns(p.GetForwardRules().GetDisallowedHeaders())
+	for _, h := range []string{"authorization", "proxy-authorization", "cookie", "set-cookie"} {
+		if !slices.Contains(kept, h) {
+			t.Errorf("ext_proc forward_rules.disallowed_headers %v lacks %s: credentials reach the stream", kept, h)
+		}
+	}
 	for _, r := range c.routes {
 		a, ok := r.GetTypedPerFilterConfig()[extProcFilter]
 		var per extprocv3.ExtProcPerRoute
