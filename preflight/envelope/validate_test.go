@@ -182,6 +182,33 @@ func TestValidateRules(t *testing.T) {
 				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{}, "authorityRefs": []any{}}
 			},
 		},
+		// A mode spelt otherwise is not read as one asking for no approval:
+		// "Always" would have dropped the approval the envelope asks for.
+		"approval mode in another case": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "Always", "requiredFor": []any{"financial-high-impact"},
+					"timeoutSeconds": 900, "authorityRefs": []any{"role:refund-approver"}}
+			},
+			wantPaths: []string{"/approvalPolicy/mode"},
+		},
+		"approval mode unknown": {
+			edit:      func(m map[string]any) { m["approvalPolicy"] = map[string]any{"mode": "sometimes"} },
+			wantPaths: []string{"/approvalPolicy/mode"},
+		},
+		"approval mode with white space": {
+			edit:      func(m map[string]any) { m["approvalPolicy"] = map[string]any{"mode": "always "} },
+			wantPaths: []string{"/approvalPolicy/mode"},
+		},
+		"approval mode missing": {
+			edit:      func(m map[string]any) { m["approvalPolicy"] = map[string]any{"requiredFor": []any{}} },
+			wantPaths: []string{"/approvalPolicy/mode"},
+		},
+		"approval mode never accepted": {
+			edit: func(m map[string]any) { m["approvalPolicy"] = map[string]any{"mode": "never"} },
+		},
+		"approval mode policy-driven accepted": {
+			edit: func(m map[string]any) { m["approvalPolicy"] = map[string]any{"mode": "policy-driven"} },
+		},
 		"deadline equal to timestamp accepted": {
 			edit: func(m map[string]any) { m["deadlineUtc"] = m["timestampUtc"] },
 		},
