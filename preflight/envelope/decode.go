@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 	"github.com/contractrefine/autonomy/internal/strictjson"
 )
@@ -114,11 +115,19 @@ func (r *reader) value() (any, error) {
 		}
 	case json.Number:
 		v = t
-		if !numberInRange(string(t)) {
+		switch {
+		case !numberInRange(string(t)):
 			r.fail(start, msgNumberRange)
 			// A stand-in keeps the tree safe for the schema library; the
 			// error above already rejects the envelope.
 			v = json.Number("0")
+		case errors.Is(canon.CheckNumber(t), canon.ErrInexact):
+			// The request's canonical digest reads numbers as doubles: one
+			// whose text names another value (9007199254740993) would
+			// count as the same request as its neighbour, for the
+			// idempotency key too, while a reader keeping the text sees
+			// another value. As in args, it is refused.
+			r.fail(start, msgNumberInexact)
 		}
 	default: // string, bool, nil
 		v = t

@@ -17,6 +17,7 @@ const (
 	msgNotJSON         = "The request envelope is not valid JSON."
 	msgNotObject       = "The request envelope must be a JSON object."
 	msgNumberRange     = "The number is outside the supported range."
+	msgNumberInexact   = "The number does not round-trip through a double (an integer beyond 2^53 or more digits than a double holds): send it as a string."
 	msgDuplicateMember = "The member name appears more than once in its object."
 	msgCaseOnlyMember  = "The member name differs from another of its object only in letter case."
 	msgDeadlineBefore  = "deadlineUtc must not be earlier than timestampUtc."
