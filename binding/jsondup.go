@@ -105,6 +105,21 @@ func membersHeld(v any) int {
 // runtimes read it as infinity, as an error or exactly. A member name
 // holding a NUL wraps errNULName.
 func checkValues(v any) error {
+	return walkValues(v, func(n json.Number) error {
+		_, err := canon.Number(n)
+		return err
+	})
+}
+
+// checkExactValues is checkValues refusing also a number whose text names
+// another value than its double (canon.ErrInexact): 75.000000000000001
+// judged as 75, or -1e-400 as 0, while a reader keeping the text sees
+// another value.
+func checkExactValues(v any) error { return walkValues(v, canon.CheckNumber) }
+
+// walkValues checks v's member names as checkValues describes, and each
+// number with number.
+func walkValues(v any, number func(json.Number) error) error {
 	switch t := v.(type) {
 	case map[string]any:
 		if len(t) > 1 {
@@ -116,19 +131,18 @@ func checkValues(v any) error {
 			if strings.IndexByte(k, 0) >= 0 {
 				return fmt.Errorf("%w: %q", errNULName, k)
 			}
-			if err := checkValues(e); err != nil {
+			if err := walkValues(e, number); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for _, e := range t {
-			if err := checkValues(e); err != nil {
+			if err := walkValues(e, number); err != nil {
 				return err
 			}
 		}
 	case json.Number:
-		_, err := canon.Number(t)
-		return err
+		return number(t)
 	}
 	return nil
 }

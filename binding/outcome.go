@@ -541,14 +541,15 @@ func reasonIfFailed(held bool, reason string) string {
 // as result. It reports false, and result is nil (CEL's null), when the
 // body is not one JSON text in UTF-8, or holds what readers read apart (a
 // member named twice, names that differ only in case, a number beyond the
-// double's range): a result the caller's parser may read otherwise is not
-// judged in one reading.
+// double's range or one whose text names another value than its double,
+// such as 75.000000000000001 or -1e-400): a result the caller's parser may
+// read otherwise is not judged in one reading.
 func DecodeResult(body []byte) (result any, isJSON bool) {
 	if len(body) == 0 || canon.CheckText(body) != nil {
 		return nil, false
 	}
 	doc, err := parseBody(body)
-	if err != nil || checkValues(doc) != nil {
+	if err != nil || checkExactValues(doc) != nil {
 		return nil, false
 	}
 	return doc, true

@@ -53,3 +53,24 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeResultRefusesInexactNumbers: a result number whose text names
+// another value than its double is not judged as that double (a negative
+// balance read as 0, or 75.000000000000001 as 75); numbers a double holds
+// are.
+func TestDecodeResultRefusesInexactNumbers(t *testing.T) {
+	for body, wantJSON := range map[string]bool{
+		`{"balance":-1e-400}`:            false,
+		`{"balance":75.000000000000001}`: false,
+		`{"id":9007199254740993}`:        false,
+		`[74.9999999999999999]`:          false,
+		`{"balance":75}`:                 true,
+		`{"balance":75.0,"n":-0}`:        true,
+		`{"id":9007199254740992}`:        true,
+		`{"x":5e-324}`:                   true,
+	} {
+		if result, isJSON := binding.DecodeResult([]byte(body)); isJSON != wantJSON || (!isJSON && result != nil) {
+			t.Errorf("DecodeResult(%s) = %v, %v; want JSON %v", body, result, isJSON, wantJSON)
+		}
+	}
+}
