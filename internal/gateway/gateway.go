@@ -109,7 +109,17 @@ func New(o Options) *Gateway {
 		// The client learns the request id the gate and the upstream saw,
 		// to find its call in the runtime's logs and the audit frames.
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				// The gateway refuses every upgrade, so a 101 answers a
+				// request that asked for none: no response to judge or
+				// release (ErrorHandler records the call's one outcome).
+				return errUnaskedUpgrade
+			}
 			resp.Header.Set(binding.HeaderRequestID, resp.Request.Header.Get(binding.HeaderRequestID))
+			// The audit id and the advisory reason are the gate's to state:
+			// a runtime's copies would point the client at another call.
+			resp.Header.Del(binding.HeaderAuditID)
+			resp.Header.Del(binding.HeaderAdvisoryReason)
 			if x, ok := resp.Request.Context().Value(exchangeKey{}).(*binding.Exchange); ok {
 				g.judgeResponse(resp, x)
 			}
@@ -262,6 +272,10 @@ var errResponseTooLarge = errors.New("gateway: response body over the limit")
 // answered, rather than cut off by the write deadline.
 var errAnswerTooSlow = errors.New("gateway: the response body did not end within the answer window")
 
+// errUnaskedUpgrade is a 101 from the upstream: the gateway refuses every
+// upgrade, so no request it forwards asked for one.
+var errUnaskedUpgrade = errors.New("gateway: the upstream switched protocols unasked")
+
 // judgeResponse buffers resp's body, has the gate judge it, and leaves
 // resp as the client gets it: the tool's response (with the warning header
 // when a strict: false postcondition failed), or the 502 of a violation.
@@ -295,13 +309,19 @@ func (g *Gateway) judgeResponse(resp *http.Response, x *binding.Exchange) {
 		if v.Warning != "" {
 			resp.Header.Set(binding.HeaderPostconditionWarning, v.Warning)
 		}
+		if v.AuditID != "" {
+			resp.Header.Set(binding.HeaderAuditID, v.AuditID)
+		}
 		rest := resp.Body
 		if x.Response.Err == nil {
 			resp.Body.Close()
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 			resp.ContentLength = int64(len(body))
 			resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
-			resp.TransferEncoding = nil
+			// Replayed with its length, the body ends where it was read:
+			// trailers that followed it are not sent, so none is announced.
+			resp.TransferEncoding, resp.Trailer = nil, nil
+			resp.Header.Del("Trailer")
 		} else {
 			// Advisory mode lets an unjudged response through: what was
 			// read, then the rest as it comes.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -517,5 +518,95 @@ func TestGatewaySlowAnswerIsRefusedInTime(t *testing.T) {
 	}
 	if err := <-j.errs; !errors.Is(err, errAnswerTooSlow) {
 		t.Fatalf("the outcome was judged with %v, want errAnswerTooSlow", err)
+	}
+}
+
+// releasingJudge releases every response as judged ok, counting outcomes.
+type releasingJudge struct{ outcomes chan error }
+
+func (j releasingJudge) Outcome(_ context.Context, x *binding.Exchange) binding.Verdict {
+	j.outcomes <- x.Response.Err
+	if x.Response.Err != nil {
+		return binding.Verdict{Judged: true, AuditID: x.Decision.AuditID, Status: http.StatusBadGateway}
+	}
+	return binding.Verdict{Judged: true, Release: true, AuditID: x.Decision.AuditID}
+}
+
+// TestGatewayReleasedResponseNamesTheGatesAudit: a released response
+// carries the gate's audit id, never the runtime's, and no advisory reason
+// of the runtime's; replayed with its length, it announces no trailer.
+func TestGatewayReleasedResponseNamesTheGatesAudit(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Autonomy-Audit-Id", "au_forged_by_tool")
+		w.Header().Set("X-Autonomy-Advisory-Reason", "forged")
+		w.Header().Set("Trailer", "X-Tool-Sig")
+		w.Write([]byte(`{"ok":true}`))
+		w.Header().Set("X-Tool-Sig", "sig")
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	j := releasingJudge{outcomes: make(chan error, 2)}
+	gw := httptest.NewServer(New(Options{Gate: gatedGate{}, Judge: j, Upstream: u, MaxBodyBytes: 1 << 10}))
+	t.Cleanup(gw.Close)
+	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
+	if resp.StatusCode != http.StatusOK || body != `{"ok":true}` {
+		t.Fatalf("released response: %d %s", resp.StatusCode, body)
+	}
+	if got := resp.Header.Values("X-Autonomy-Audit-Id"); len(got) != 1 || got[0] != "au_gated" {
+		t.Errorf("X-Autonomy-Audit-Id %q, want the gate's au_gated alone", got)
+	}
+	if got := resp.Header.Get("X-Autonomy-Advisory-Reason"); got != "" {
+		t.Errorf("the runtime's advisory reason %q reached the client", got)
+	}
+	if resp.Header.Get("Trailer") != "" || len(resp.Trailer) != 0 {
+		t.Errorf("a body replayed with its length announces trailers: %v %v", resp.Header.Values("Trailer"), resp.Trailer)
+	}
+	if err := <-j.outcomes; err != nil {
+		t.Fatalf("judged with %v", err)
+	}
+}
+
+// TestGatewayUnaskedUpgradeIsOneOutcome: a 101 from the runtime (the
+// gateway refuses every upgrade, so no request asked for one) is an
+// unverified outcome, recorded once, and a 502 for the client.
+func TestGatewayUnaskedUpgradeIsOneOutcome(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\n\r\n"))
+			}()
+		}
+	}()
+	j := releasingJudge{outcomes: make(chan error, 2)}
+	gw := httptest.NewServer(New(Options{Gate: gatedGate{}, Judge: j, Upstream: &url.URL{Scheme: "http", Host: ln.Addr().String()},
+		MaxBodyBytes: 1 << 10}))
+	t.Cleanup(gw.Close)
+	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, preflight.CodeUpstreamUnavailable) {
+		t.Fatalf("unasked 101: %d %s, want 502 %s", resp.StatusCode, body, preflight.CodeUpstreamUnavailable)
+	}
+	if err := <-j.outcomes; !errors.Is(err, errUnaskedUpgrade) {
+		t.Fatalf("the outcome was judged with %v, want errUnaskedUpgrade", err)
+	}
+	select {
+	case err := <-j.outcomes:
+		t.Fatalf("a second outcome was recorded for one call (%v)", err)
+	default:
 	}
 }
