@@ -90,9 +90,9 @@ var (
 	errBodyLength = errors.New("extauthz: the CheckRequest's content-length does not fit its body")
 )
 
-// originHeaders are the headers that name the request a forward-auth check
-// is about.
-var originHeaders = []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
+// OriginHeaders are the headers that name the request a forward-auth check
+// is about: only a proxy may set them.
+var OriginHeaders = []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
 
 // RequestFromHTTP builds the gate's view of a check arriving over HTTP. The
 // original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
@@ -118,7 +118,7 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 	om, ou := headers["x-original-method"], headers["x-original-uri"]
 	forwarded, original := fm != "" || fu != "", om != "" || ou != ""
 	var originErr error
-	for _, h := range originHeaders {
+	for _, h := range OriginHeaders {
 		if len(r.Header.Values(h)) > 1 {
 			// Joined, the values would name no request the gate knows
 			// (a path "/healthz,/v1/tool" is not the gated one) and the

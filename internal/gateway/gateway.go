@@ -365,11 +365,13 @@ func (g *Gateway) proxyOnly(k string) bool {
 }
 
 // proxyHeaders are the fixed names proxyOnly knows beside the request id
-// and the configured actor header. X-Real-Ip goes as X-Forwarded-For and
-// Forwarded do (the proxy rewrites and drops those): a runtime reading the
-// client's address from it would take the client's word for it.
-var proxyHeaders = []string{binding.HeaderAuditID, binding.HeaderAdvisoryReason,
-	"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri", "X-Real-Ip"}
+// and the configured actor header: the gate's own, the forward-auth
+// headers naming the original request, and X-Real-Ip, which goes as
+// X-Forwarded-For and Forwarded do (the proxy rewrites and drops those): a
+// runtime reading the client's address from it would take the client's
+// word for it.
+var proxyHeaders = append([]string{binding.HeaderAuditID, binding.HeaderAdvisoryReason, "X-Real-Ip"},
+	extauthz.OriginHeaders...)
 
 // keepHeaders removes names from the Connection header's list, so that the
 // proxy's removal of the headers it lists spares them.
