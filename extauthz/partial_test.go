@@ -33,20 +33,7 @@ func TestGRPCPartialBodySpendsNothing(t *testing.T) {
 			h.Body, h.RawBody = string(h.RawBody[:len(h.RawBody)-3]), nil
 		},
 	}
-	for name, cut := range cuts {
-		for _, mode := range []binding.Mode{binding.ModeEnforce, binding.ModeAdvisory} {
-			t.Run(name+"/"+string(mode), func(t *testing.T) {
-				e := newEnv(t, mode)
-				c := serveGRPC(t, e.gate)
-				pf := e.record("tool.echo", map[string]any{"msg": "hi"})
-				req := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")
-				cut(req)
-				wantDenied(t, check(t, c, req), codes.PermissionDenied, typev3.StatusCode_Forbidden, "gate: partial_body")
-				whole := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-2")
-				wantAllowed(t, check(t, c, whole), pf.AuditID, string(mode), preflight.ReasonPassed, "")
-			})
-		}
-	}
+	deniedSpendingNothing(t, cuts, "gate: partial_body")
 	// Envoy says "false" when allow_partial_message is on and the body fit.
 	e := newEnv(t, binding.ModeEnforce)
 	c := serveGRPC(t, e.gate)
@@ -83,33 +70,21 @@ func TestGRPCBodyLimitMatchesHTTPCheck(t *testing.T) {
 // nothing; a Content-Length repeated with one value is the body's.
 func TestGRPCBodyNotTheRequests(t *testing.T) {
 	shell := envoyCheck("tool.shell", map[string]any{"cmd": "rm -rf /"}, "", "x").Attributes.Request.Http.RawBody
-	bad := map[string]func(h *authv3.AttributeContext_HttpRequest){
-		"body and raw_body": func(h *authv3.AttributeContext_HttpRequest) { h.Body = string(shell) },
-		"content-length not a number": func(h *authv3.AttributeContext_HttpRequest) {
-			h.Headers["content-length"] = "abc"
+	bad := map[string]func(r *authv3.CheckRequest){
+		"body and raw_body": func(r *authv3.CheckRequest) { r.Attributes.Request.Http.Body = string(shell) },
+		"content-length not a number": func(r *authv3.CheckRequest) {
+			r.Attributes.Request.Http.Headers["content-length"] = "abc"
 		},
-		"content-length negative": func(h *authv3.AttributeContext_HttpRequest) { h.Headers["content-length"] = "-5" },
-		"content-length shorter than the body": func(h *authv3.AttributeContext_HttpRequest) {
-			h.Headers["content-length"] = "3"
+		"content-length negative": func(r *authv3.CheckRequest) { r.Attributes.Request.Http.Headers["content-length"] = "-5" },
+		"content-length shorter than the body": func(r *authv3.CheckRequest) {
+			r.Attributes.Request.Http.Headers["content-length"] = "3"
 		},
-		"content-length twice, two values": func(h *authv3.AttributeContext_HttpRequest) {
+		"content-length twice, two values": func(r *authv3.CheckRequest) {
+			h := r.Attributes.Request.Http
 			h.Headers["content-length"] = fmt.Sprintf("%d,%d", len(h.RawBody), len(h.RawBody)+1)
 		},
 	}
-	for name, spoil := range bad {
-		for _, mode := range []binding.Mode{binding.ModeEnforce, binding.ModeAdvisory} {
-			t.Run(name+"/"+string(mode), func(t *testing.T) {
-				e := newEnv(t, mode)
-				c := serveGRPC(t, e.gate)
-				pf := e.record("tool.echo", map[string]any{"msg": "hi"})
-				req := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")
-				spoil(req.Attributes.Request.Http)
-				wantDenied(t, check(t, c, req), codes.PermissionDenied, typev3.StatusCode_Forbidden, "gate: malformed_tool_call")
-				whole := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-2")
-				wantAllowed(t, check(t, c, whole), pf.AuditID, string(mode), preflight.ReasonPassed, "")
-			})
-		}
-	}
+	deniedSpendingNothing(t, bad, "gate: malformed_tool_call")
 	e := newEnv(t, binding.ModeEnforce)
 	c := serveGRPC(t, e.gate)
 	pf := e.record("tool.echo", map[string]any{"msg": "hi"})
@@ -117,4 +92,25 @@ func TestGRPCBodyNotTheRequests(t *testing.T) {
 	h := req.Attributes.Request.Http
 	h.Headers["content-length"] = fmt.Sprintf("%d, %d", len(h.RawBody), len(h.RawBody))
 	wantAllowed(t, check(t, c, req), pf.AuditID, "enforce", preflight.ReasonPassed, "")
+}
+
+// deniedSpendingNothing: each spoiled Check of a one-step preflight is
+// denied with reason in enforce and advisory mode, and the step is still
+// there for the whole call after it.
+func deniedSpendingNothing(t *testing.T, spoiled map[string]func(*authv3.CheckRequest), reason string) {
+	t.Helper()
+	for name, spoil := range spoiled {
+		for _, mode := range []binding.Mode{binding.ModeEnforce, binding.ModeAdvisory} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				e := newEnv(t, mode)
+				c := serveGRPC(t, e.gate)
+				pf := e.record("tool.echo", map[string]any{"msg": "hi"})
+				req := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-1")
+				spoil(req)
+				wantDenied(t, check(t, c, req), codes.PermissionDenied, typev3.StatusCode_Forbidden, reason)
+				whole := envoyCheck("tool.echo", map[string]any{"msg": "hi"}, pf.PreflightID, "req-2")
+				wantAllowed(t, check(t, c, whole), pf.AuditID, string(mode), preflight.ReasonPassed, "")
+			})
+		}
+	}
 }

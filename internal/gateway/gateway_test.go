@@ -221,16 +221,8 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 		}
 	})
 	t.Run("nor can their underscore spellings", func(t *testing.T) {
-		headers := make(chan http.Header, 1)
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { headers <- r.Header.Clone() }))
-		defer up.Close()
-		u, _ := url.Parse(up.URL)
-		gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10,
-			ActorHeader: "X-Autonomy-Actor", NewRequestID: func() string { return "rq-1" }}))
-		defer gw.Close()
-		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X_Autonomy_Audit_Id": "au_forged", "X_Autonomy_Actor": "user:forged",
-			"X_Request_Id": "forged", "X_Autonomy_Advisory_Reason": "x", "X_Other": "kept"}, `{"kind":"tool.echo"}`)
-		got := <-headers
+		got := headersUpstreamGets(t, "X-Autonomy-Actor", map[string]string{"X_Autonomy_Audit_Id": "au_forged",
+			"X_Autonomy_Actor": "user:forged", "X_Request_Id": "forged", "X_Autonomy_Advisory_Reason": "x", "X_Other": "kept"})
 		for k := range got {
 			if strings.Contains(k, "_") && k != "X_other" {
 				t.Errorf("upstream got %s: %q", k, got[k])
@@ -241,16 +233,8 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 		}
 	})
 	t.Run("the client's address headers do not reach the upstream", func(t *testing.T) {
-		headers := make(chan http.Header, 1)
-		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { headers <- r.Header.Clone() }))
-		defer up.Close()
-		u, _ := url.Parse(up.URL)
-		gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10,
-			NewRequestID: func() string { return "rq-1" }}))
-		defer gw.Close()
-		do(t, "POST", gw.URL+"/v1/tool", map[string]string{"X-Real-Ip": "10.1.1.1", "X_Real_Ip": "10.1.1.2",
-			"X-Forwarded-For": "10.1.1.1", "Forwarded": "for=10.1.1.1"}, `{"kind":"tool.echo"}`)
-		got := <-headers
+		got := headersUpstreamGets(t, "", map[string]string{"X-Real-Ip": "10.1.1.1", "X_Real_Ip": "10.1.1.2",
+			"X-Forwarded-For": "10.1.1.1", "Forwarded": "for=10.1.1.1"})
 		if v := got.Values("X-Real-Ip"); len(v) > 0 || got.Get("X_Real_Ip") != "" || got.Get("Forwarded") != "" ||
 			got.Get("X-Forwarded-For") != "127.0.0.1" {
 			t.Errorf("upstream got X-Real-Ip %q, X_Real_Ip %q, Forwarded %q, X-Forwarded-For %q; want only the gateway's peer in X-Forwarded-For",
@@ -304,6 +288,22 @@ func TestGatewayClientCannotReshapeTheCall(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// headersUpstreamGets sends a gated POST with header through a gateway
+// (actor header actorHeader, "" for none) whose gate allows it, and
+// returns the headers its upstream got.
+func headersUpstreamGets(t *testing.T, actorHeader string, header map[string]string) http.Header {
+	t.Helper()
+	headers := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { headers <- r.Header.Clone() }))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10,
+		ActorHeader: actorHeader, NewRequestID: func() string { return "rq-1" }}))
+	defer gw.Close()
+	do(t, "POST", gw.URL+"/v1/tool", header, `{"kind":"tool.echo"}`)
+	return <-headers
 }
 
 // TestGatewayBodyNotReadWhole: an allowed request whose body is over the
