@@ -23,48 +23,41 @@ import (
 // body was held (500 connections × 900 KB held 1.07 GB).
 func TestBodyRequestsBounded(t *testing.T) {
 	e := obsStart(t, func(c *config.Config) { c.HTTP.MaxBodyRequests = 1 }, Options{ReadinessInterval: -1})
-	openSlow := func() net.Conn {
-		c, err := net.Dial("tcp", e.addrs.HTTP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Write([]byte("POST /v1/preflight?dry_run=true HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"intent\":")); err != nil {
-			t.Fatal(err)
-		}
-		return c
+	slow, err := net.Dial("tcp", e.addrs.HTTP)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slow := openSlow()
-	post := func() (int, http.Header, string) { return postDryRun(t, e.base) }
-	refused := false
-	for try := 0; !refused && try < 20; try++ {
-		for range 50 { // until the slow request holds the one place
-			status, h, code := post()
-			if status == http.StatusServiceUnavailable {
-				if code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
-					t.Fatalf("503 with code %q, Retry-After %q; want overloaded and a Retry-After", code, h.Get("Retry-After"))
-				}
-				refused = true
-				break
-			}
-		}
-		// The slow request may have come while a POST held the place, and
-		// been refused itself: it holds nothing then, so send another.
-		slow.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-		if n, _ := slow.Read(make([]byte, 1)); n > 0 && !refused {
-			slow.Close()
-			slow = openSlow()
-		}
+	defer slow.Close()
+	if _, err := slow.Write([]byte("POST /v1/preflight?dry_run=true HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"intent\":")); err != nil {
+		t.Fatal(err)
 	}
-	if !refused {
-		t.Fatal("no POST was refused while a slow body held the only place")
+	// Nothing else is sent meanwhile, so the slow request takes the one
+	// place as soon as the server reads its head.
+	for deadline := time.Now().Add(10 * time.Second); e.srv.bodies.held() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never took the place")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	status, h, code := postDryRun(t, e.base)
+	if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
+		t.Fatalf("a POST while a slow body holds the only place: %d, code %q, Retry-After %q; want 503 overloaded and a Retry-After",
+			status, code, h.Get("Retry-After"))
 	}
 	slow.Close()
 	for range 500 {
-		if status, _, _ := post(); status == http.StatusOK {
+		if status, _, _ := postDryRun(t, e.base); status == http.StatusOK {
 			return
 		}
 	}
 	t.Fatal("POSTs were still refused after the slow connection closed")
+}
+
+// held is how many requests hold a place of http.max_body_requests.
+func (l *bodyLimiter) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.requests
 }
 
 // postDryRun posts a dry-run preflight to base and returns the status, the
