@@ -11,8 +11,10 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/server"
@@ -45,10 +47,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "autonomy",
-		Short:         "ContractRefine: preflight verification and an Envoy ext_authz gate for AI-agent tool calls",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:               "autonomy",
+		Short:             "ContractRefine: preflight verification and an Envoy ext_authz gate for AI-agent tool calls",
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: refuseUnsetValues,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -111,12 +114,27 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 	cmd.Flags().StringVar(&f.replicaID, "replica-id", "", "this replica's name in frames and the shared store (default: the host name)")
 }
 
-// nonEmpty refuses an empty flag value.
-func nonEmpty(v string) error {
-	if v == "" {
-		return errors.New("must not be empty")
-	}
-	return nil
+// pathFlags name a file or directory: given as "" (an unset template
+// variable, say) they would silently mean the default one.
+var pathFlags = map[string]bool{"config": true, "data-dir": true, "bundle": true}
+
+// refuseUnsetValues refuses, on every command, a path flag given as "" and
+// a duration flag that is not positive (a timeout of 0s fails at once, a
+// retention of 0s would remove every frame): leave the flag out for its
+// default.
+func refuseUnsetValues(cmd *cobra.Command, _ []string) error {
+	var errs []error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		switch {
+		case pathFlags[f.Name] && f.Value.String() == "":
+			errs = append(errs, fmt.Errorf("--%s: must not be empty", f.Name))
+		case f.Value.Type() == "duration":
+			if d, err := time.ParseDuration(f.Value.String()); err == nil && d <= 0 {
+				errs = append(errs, fmt.Errorf("--%s must be positive, got %s", f.Name, f.Value))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // load reads the file, applies the flags that were set and validates.
@@ -141,8 +159,8 @@ func (f *configFlags) load(cmd *cobra.Command) (config.Config, error) {
 	}
 	set("http-addr", &cfg.HTTPAddr, f.httpAddr, config.CheckListenAddr)
 	set("grpc-addr", &cfg.GRPCAddr, f.grpcAddr, config.CheckListenAddr)
-	set("data-dir", &cfg.DataDir, f.dataDir, nonEmpty)
-	set("bundle", &cfg.Bundle, f.bundle, nonEmpty) // leave the flag out for the file's bundle or the embedded one
+	set("data-dir", &cfg.DataDir, f.dataDir, nil)
+	set("bundle", &cfg.Bundle, f.bundle, nil) // "" is refused: leave the flag out for the file's bundle or the embedded one
 	set("upstream", &cfg.Upstream, f.upstream, nil)
 	set("gateway-addr", &cfg.GatewayAddr, f.gatewayAddr, config.CheckListenAddr)
 	set("replica-id", &cfg.ReplicaID, f.replicaID, config.CheckReplicaID)
