@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -371,7 +372,13 @@ func idKey(text string) (key string, ok bool) {
 // that is the JSON-RPC answer to the request with id: an object with that
 // id and a result or an error. Progress notifications and requests the
 // server sent before it are other events. It reports false when body is not
-// such a stream, or no single event is that answer.
+// such a stream, or no single event is that answer for every reader: the
+// gate judges what the client reads, and SSE readers differ where a stream
+// leaves room (the MCP SDKs end lines at LF alone and abort at a line with
+// no colon, read only events named "message", and take ids as integers), so
+// a stream with a lone CR or a line with no colon, or an answer in an event
+// of another name or under an id that is not an integer a double holds
+// exactly, has no answer here: its result is null.
 func sseAnswer(body []byte, id string) ([]byte, bool) {
 	want, ok := idKey(id)
 	if !ok || len(body) == 0 || body[0] == '{' || body[0] == '[' {
@@ -379,8 +386,9 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 	}
 	var found []byte
 	matches := 0
+	ambiguous := false
 	var data []byte
-	hasData := false
+	hasData, named := false, false
 	dispatch := func() {
 		if hasData {
 			var m map[string]json.RawMessage
@@ -389,12 +397,14 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 					found = append([]byte(nil), data...)
 					matches++
 				}
+				if named || !integralID(m["id"]) {
+					ambiguous = true
+				}
 			}
 		}
-		data, hasData = data[:0], false
+		data, hasData, named = data[:0], false, false
 	}
 	for len(body) > 0 {
-		// A line ends at CRLF, LF or CR (the event stream format).
 		var line []byte
 		i := bytes.IndexAny(body, "\r\n")
 		switch {
@@ -402,6 +412,8 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 			line, body = body, nil
 		case body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n':
 			line, body = body[:i], body[i+2:]
+		case body[i] == '\r':
+			return nil, false // a lone CR ends a line for some readers only
 		default:
 			line, body = body[:i], body[i+1:]
 		}
@@ -410,18 +422,34 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 			dispatch()
 		case line[0] == ':':
 		default:
-			field, value, _ := bytes.Cut(line, []byte(":"))
-			if string(field) == "data" {
+			field, value, colon := bytes.Cut(line, []byte(":"))
+			switch {
+			case !colon:
+				return nil, false
+			case string(field) == "data":
 				value = bytes.TrimPrefix(value, []byte(" "))
 				if hasData {
 					data = append(data, '\n')
 				}
 				data, hasData = append(data, value...), true
+			case string(field) == "event":
+				name := strings.TrimSpace(string(value))
+				named = name != "" && name != "message"
 			}
 		}
 	}
 	dispatch()
-	return found, matches == 1
+	return found, matches == 1 && !ambiguous
+}
+
+// integralID reports whether a JSON-RPC id is a string, null, or a number
+// every reader takes as the same integer: whole, and under 2^53 in size.
+func integralID(text json.RawMessage) bool {
+	if len(text) == 0 || (text[0] != '-' && (text[0] < '0' || text[0] > '9')) {
+		return true
+	}
+	f, err := strconv.ParseFloat(string(text), 64)
+	return err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53
 }
 
 // peekRefused reads the id and method of a single message the strict read

@@ -416,8 +416,27 @@ func TestMCPOutcomeOfAnSSEAnswer(t *testing.T) {
 		}
 	}
 	// Another id's answer, or two answers to this id, is no answer: result
-	// is null and the postcondition cannot hold.
-	for name, body := range map[string]string{"another id": stream("2", "ok"), "answered twice": stream("1", "ok") + stream("1", "ok")} {
+	// is null and the postcondition cannot hold. So is a stream the MCP
+	// SDKs read otherwise than the gate would: the answer a client takes
+	// could then be another than the one judged.
+	answer := func(event, id, text string) string {
+		return event + "data: {\"jsonrpc\":\"2.0\",\"id\":" + id + ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":" + mustJSON(text) + "}]}}\n\n"
+	}
+	for name, body := range map[string]string{
+		"another id":     stream("2", "ok"),
+		"answered twice": stream("1", "ok") + stream("1", "ok"),
+		// The SDK reads id 1.5 as 1: its answer is the bad one.
+		"id not an integer": answer("", "1.5", "bad") + answer("", "1", "ok"),
+		"id past 2^53":      answer("", "9007199254740993", "bad") + answer("", "1", "ok"),
+		// The SDK ends lines at LF only: for it the CRs hide the good
+		// answer in a comment and the bad one's line starts an event;
+		// a reader that ends lines at CR too sees the reverse.
+		"a lone CR": ": a\rdata: x\n" + answer("", "1", "bad") + ": c\rdata: " + strings.TrimSuffix(strings.TrimPrefix(answer("", "1", "ok"), "data: "), "\n\n") + "\r\r\n",
+		// The SDK reads only events named message.
+		"another event name": answer("event: other\n", "1", "ok"),
+		// The SDK aborts the stream at a line with no colon.
+		"a line with no colon": "data\n\n" + answer("", "1", "ok"),
+	} {
 		req := mcpPost(toolsCall("1", "tool.echo", `{}`, ""), map[string]string{binding.HeaderRequestID: "sse-" + name})
 		d := e.check(req)
 		v := e.gate.Outcome(context.Background(), &binding.Exchange{Request: req, Decision: &d,
