@@ -348,7 +348,23 @@ func (g *Gate) judgeable(c *call, d *Decision, x *Exchange, pol Policy) error {
 	if d.ToolKind != "" && c.kind != d.ToolKind {
 		return fmt.Errorf("the request names tool kind %q, its decision %q", c.kind, d.ToolKind)
 	}
+	if !c.argsAllowed(d) {
+		return errors.New("the request's args are not the args its decision allowed")
+	}
 	return nil
+}
+
+// argsAllowed reports whether c's args are the ones d allowed, by the
+// digest d's frame recorded: a body changed between the check and the
+// response (a report, or a filter between ext_authz and ext_proc) is not
+// the call that was allowed. A decision held in memory (the gateway's)
+// judges the very body it was decided on.
+func (c *call) argsAllowed(d *Decision) bool {
+	if d.argsDigest == "" {
+		return true
+	}
+	digest, err := c.argsDigest()
+	return err == nil && digest == d.argsDigest
 }
 
 // afterClauses evaluates the capability's after-call clauses and the

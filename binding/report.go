@@ -153,10 +153,8 @@ func (g *Gate) matchReport(rep *Report, d *Decision, c *call) error {
 	if d.ToolKind != "" && c.kind != d.ToolKind {
 		return &MismatchError{Field: "request", Detail: fmt.Sprintf("the request names tool kind %q, the allowed call %q", c.kind, d.ToolKind)}
 	}
-	if d.argsDigest != "" {
-		if digest, err := c.argsDigest(); err != nil || digest != d.argsDigest {
-			return &MismatchError{Field: "request", Detail: "the request's args are not the args the gate allowed"}
-		}
+	if !c.argsAllowed(d) {
+		return &MismatchError{Field: "request", Detail: "the request's args are not the args the gate allowed"}
 	}
 	return nil
 }

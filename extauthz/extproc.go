@@ -110,12 +110,16 @@ type exchange struct {
 func (p *Processor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	msgs := make(chan *extprocv3.ProcessingRequest)
-	errc := make(chan error, 1)
+	// recvErr is why the stream's reading ended (nil when its context
+	// ended first), set before recvDone closes.
+	var recvErr error
+	recvDone := make(chan struct{})
 	go func() {
+		defer close(recvDone)
 		for {
 			m, err := stream.Recv()
 			if err != nil {
-				errc <- err
+				recvErr = err
 				return
 			}
 			select {
@@ -132,27 +136,54 @@ func (p *Processor) Process(stream extprocv3.ExternalProcessor_ProcessServer) er
 		var m *extprocv3.ProcessingRequest
 		select {
 		case m = <-msgs:
-		case err := <-errc:
-			if errors.Is(err, io.EOF) {
-				err = nil
-			}
-			p.abandon(context.WithoutCancel(ctx), &x, fmt.Errorf("%w: %v", ErrStreamBroken, errOrEOF(err)))
-			return err
+		case <-recvDone:
+			return p.ended(ctx, &x, recvErr)
 		case <-timer.C:
 			p.abandon(context.WithoutCancel(ctx), &x, ErrStreamTimeout)
 			return status.Error(codes.DeadlineExceeded, ErrStreamTimeout.Error())
 		case <-ctx.Done():
-			p.abandon(context.WithoutCancel(ctx), &x, fmt.Errorf("%w: %v", ErrStreamBroken, ctx.Err()))
-			return status.FromContextError(ctx.Err()).Err()
+			<-recvDone // Recv returns once the stream's context is done
+			return p.ended(ctx, &x, recvErr)
 		}
 		resp := p.answer(ctx, &x, m)
 		if resp == nil {
 			continue // observability mode: nothing to answer
 		}
 		if err := stream.Send(resp); err != nil {
+			// The answer cannot reach Envoy: the exchange ends here, and is
+			// recorded unverified unless its outcome already is. A stream
+			// whose context ended has its reading end too, and its error
+			// says why.
+			why := err
+			if ctx.Err() != nil {
+				<-recvDone
+				if recvErr != nil {
+					why = recvErr
+				}
+			}
+			p.abandon(context.WithoutCancel(ctx), &x, fmt.Errorf("%w: %v", ErrStreamBroken, why))
 			return err
 		}
 	}
+}
+
+// ended records x as unverified when the stream ended before its
+// response was judged, naming the stream's own error (a message over the
+// size limit, say) over its cancelled context, and returns what Process
+// returns.
+func (p *Processor) ended(ctx context.Context, x *exchange, err error) error {
+	why := err
+	if why == nil {
+		why = ctx.Err()
+	}
+	p.abandon(context.WithoutCancel(ctx), x, fmt.Errorf("%w: %v", ErrStreamBroken, errOrEOF(why)))
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil && ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return err
 }
 
 func errOrEOF(err error) error {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,6 +356,32 @@ func TestExtProcNeverPassesABrokenStream(t *testing.T) {
 			t.Fatalf("want one unverified outcome, got %+v", got)
 		}
 	})
+	t.Run("a message over the size limit", func(t *testing.T) {
+		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{})
+		auditID := e.allow(t, "ledger.debit", debit, "req-1")
+		// grpc-go's server takes messages of 4 MiB at most by default.
+		huge := `{"balance":"` + strings.Repeat("x", 5<<20) + `"}`
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stream, err := e.proc.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range append(envoyRequest("ledger.debit", debit, "req-1", auditID), envoyResponse(200, huge)...) {
+			if err := stream.Send(m); err != nil {
+				break // the server ended the stream
+			}
+		}
+		if _, err := stream.Recv(); err == nil {
+			for err == nil {
+				_, err = stream.Recv()
+			}
+		}
+		got := e.waitOutcomes(t, auditID, 1)
+		if len(got) != 1 || got[0].Reason != "outcome: unverified" || !strings.Contains(got[0].Detail, "ResourceExhausted") {
+			t.Fatalf("want one unverified outcome naming the message's size, got %+v", got)
+		}
+	})
 	t.Run("timeout", func(t *testing.T) {
 		e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{Timeout: 200 * time.Millisecond})
 		auditID := e.allow(t, "ledger.debit", debit, "req-1")
@@ -397,6 +424,12 @@ func TestExtProcNeverPassesABrokenStream(t *testing.T) {
 		},
 		"the response's body before its headers": func(auditID string) []*extprocv3.ProcessingRequest {
 			return append(envoyRequest("ledger.debit", debit, "req-1", auditID), envoyResponse(200, `{"balance":75}`)[1])
+		},
+		// Something between ext_authz and ext_proc rewrote the body: the
+		// response would be judged against args nobody allowed.
+		"the request's body with other args": func(auditID string) []*extprocv3.ProcessingRequest {
+			other := map[string]any{"balance": 75, "amount": 25}
+			return append(envoyRequest("ledger.debit", other, "req-1", auditID), envoyResponse(200, `{"balance":50}`)...)
 		},
 		"the response's trailers before its body": func(auditID string) []*extprocv3.ProcessingRequest {
 			headers := envoyResponse(200, `{"balance":50}`)[0]
