@@ -276,7 +276,8 @@ func TestReplicaStartedWithEtcdDown(t *testing.T) {
 
 // TestDuplicateReplicaIDIsUnready: a second process with a live replica's
 // id and another data dir is not ready, and its log names the conflict,
-// not etcd as unreachable.
+// not etcd as unreachable. Callers that reach it all the same (a sidecar's
+// agent, the HTTP API) get 503s: it decides nothing under the other's name.
 func TestDuplicateReplicaIDIsUnready(t *testing.T) {
 	c := etcdtest.StartT(t, etcdtest.Options{})
 	a := startReplicas(t, c.Endpoints(), 1)[0]
@@ -290,6 +291,13 @@ func TestDuplicateReplicaIDIsUnready(t *testing.T) {
 	if !strings.Contains(logs, "another live process holds this replica_id") || strings.Contains(logs, "does not answer yet") {
 		t.Fatalf("the second replica-a's log should name the conflict and not blame etcd:\n%s", logs)
 	}
+	if status, body, _ := PostJSON(t, b.URL("/v1/preflight"), echoPreflight("session:dup")); status != http.StatusServiceUnavailable ||
+		!strings.Contains(string(body), "verifier-unavailable") {
+		t.Fatalf("a preflight on the second replica-a: %d %s, want 503 verifier-unavailable", status, body)
+	}
+	d, _ := preflightOn(t, a, "session:dup")
+	wantDeny(t, checkEcho(t, b.authz, d.PreflightID, "req-dup"), codes.PermissionDenied, 503, "contract: verifier_unavailable")
+	wantAllow(t, checkEcho(t, a.authz, d.PreflightID, "req-a"), d.AuditID)
 }
 
 // TestReplicasOnEtcdBinary runs two replicas against an etcd server

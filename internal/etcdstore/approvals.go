@@ -74,6 +74,9 @@ func (s *Store) readApproval(ctx context.Context, preflightID, stepID string) (w
 // has read the approval back, taking the frame up when the decision was
 // taken and deleting its copy when it was not.
 func (s *Store) DecideApproval(ctx context.Context, in wal.ApprovalInput) (wal.Approval, error) {
+	if err := s.owned(ctx); err != nil {
+		return wal.Approval{}, err
+	}
 	if in.Replica == "" {
 		in.Replica = s.o.Replica
 	}

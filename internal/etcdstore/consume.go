@@ -173,6 +173,9 @@ func (s *Store) Consume(ctx context.Context, r wal.ConsumeRequest) (wal.ConsumeR
 	// A log that cannot write now (being verified after a start, held)
 	// would let the marker be put and then answer 503: the step would be
 	// spent with no allow and no record. It is refused before.
+	if err := s.owned(ctx); err != nil {
+		return wal.ConsumeResult{}, err
+	}
 	if err := s.log.Refuses(); err != nil {
 		return wal.ConsumeResult{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

@@ -84,6 +84,9 @@ func (s *Store) logAndCopy(ctx context.Context, ins []wal.FrameInput) ([]wal.Fra
 // their seqs and hashes are final, and returns once the log has them,
 // with the copy's request (nil when nothing was appended).
 func (s *Store) logSent(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, *copyRequest, error) {
+	if err := s.owned(ctx); err != nil {
+		return nil, nil, err
+	}
 	var req *copyRequest
 	frames, err := s.log.AppendStaged(ctx, ins, wal.Staging{
 		Sent: func(baseSeq uint64, baseHash string, fs []wal.Frame, stored [][]byte) {

@@ -65,6 +65,9 @@ func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, 
 // response would make the record wrong), and its copy is sent again in the
 // background until etcd takes it (recopy).
 func (s *Store) AppendOutcome(ctx context.Context, rec wal.OutcomeRecord) (wal.Frame, error) {
+	if err := s.owned(ctx); err != nil {
+		return wal.Frame{}, err
+	}
 	f, err := s.log.AppendOutcome(ctx, rec)
 	if err != nil {
 		return f, err

@@ -20,7 +20,8 @@ import (
 // beside the log in the data directory (instanceFile). A restart of the
 // same log, even before the lease of the process it replaces runs out,
 // takes the key over; a process with another log finds it held and is not
-// ready (Probe fails, naming the clash) until the holder's lease runs out.
+// ready (Probe fails, naming the clash), and refuses every decision and
+// frame (owned), until the holder's lease runs out.
 
 // ErrDuplicateReplica is a replica_id another live process holds.
 var ErrDuplicateReplica = errors.New("etcdstore: replica_id held by another live process")
@@ -55,6 +56,23 @@ func loadInstance(logPath string, create bool) (string, error) {
 		return "", fmt.Errorf("etcdstore: %w", err)
 	}
 	return v, nil
+}
+
+// owned refuses a write while another live process holds this replica_id:
+// its frames and copies would be taken for the holder's, which a replica
+// unready to Envoy and Kubernetes still gets from callers that reach it
+// directly (a sidecar's agent, the HTTP API). It asks etcd again, one
+// transaction, so the replica serves once the holder is gone. The error
+// is ErrUnavailable's: checks and preflights answer 503.
+func (s *Store) owned(ctx context.Context) error {
+	if !s.clash.Load() {
+		return nil
+	}
+	err := s.present(ctx)
+	if errors.Is(err, ErrDuplicateReplica) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // present holds the replica's presence key under the session's lease, at

@@ -102,6 +102,9 @@ func (s *Store) withLease(ctx context.Context, write func(clientv3.LeaseID) erro
 // counted or a key recorded since they were read is wal.ErrConflict; the
 // frame then stays in the local log alone.
 func (s *Store) RecordPreflight(ctx context.Context, rec wal.PreflightRecord) (wal.Frame, error) {
+	if err := s.owned(ctx); err != nil {
+		return wal.Frame{}, err
+	}
 	b := &rec.Binding
 	frame, err := s.log.AppendPreflight(ctx, rec)
 	if err != nil {
