@@ -206,8 +206,12 @@ func (c *Config) validateStore(bad badKey) {
 			bad("store.etcd.endpoints", "%v", err)
 		}
 	}
-	if s.Etcd.Prefix == "" || strings.ContainsFunc(s.Etcd.Prefix, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		bad("store.etcd.prefix", "must be non-empty text without control characters, got %q", s.Etcd.Prefix)
+	// The store's keys follow the prefix directly (<prefix>b/<id>): without
+	// a closing "/", a prefix such as /foo would share its key space with a
+	// deployment on /foob/.
+	if s.Etcd.Prefix == "" || strings.ContainsFunc(s.Etcd.Prefix, func(r rune) bool { return r < ' ' || r == 0x7f }) ||
+		!strings.HasSuffix(s.Etcd.Prefix, "/") {
+		bad("store.etcd.prefix", "must be non-empty text without control characters, ending in \"/\", got %q", s.Etcd.Prefix)
 	}
 	// Under a few milliseconds no etcd request can answer: the replica
 	// would never be ready.

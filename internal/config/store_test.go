@@ -43,6 +43,7 @@ store:
 		"empty endpoint list":         {yaml: "store:\n  etcd:\n    endpoints: []\n", wantErr: "line 3: store.etcd.endpoints: is an empty list"},
 		"endpoint without port":       {yaml: "store: {etcd: {endpoints: [\"http://a\"]}}", wantErr: "is not http(s)://host:port"},
 		"empty prefix":                {yaml: "store: {etcd: {prefix: \"\"}}", wantErr: "store.etcd.prefix: must be non-empty"},
+		"prefix without its slash":    {yaml: "store: {etcd: {prefix: /foo}}", wantErr: `store.etcd.prefix: must be non-empty text without control characters, ending in "/", got "/foo"`},
 		"zero request timeout":        {yaml: "store: {etcd: {request_timeout: 0s}}", wantErr: "store.etcd.request_timeout: must be positive"},
 		"zero dial timeout":           {yaml: "store: {etcd: {dial_timeout: 0s}}", wantErr: "store.etcd.dial_timeout: must be positive"},
 		"a nanosecond's timeout":      {yaml: "store: {etcd: {request_timeout: 1ns}}", wantErr: "store.etcd.request_timeout: must be positive and at least 10ms, got 1ns"},
