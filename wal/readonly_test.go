@@ -3,6 +3,7 @@ package wal
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,5 +64,17 @@ func TestReadOnlyOpen(t *testing.T) {
 	}
 	if _, err := os.Stat(empty); !os.IsNotExist(err) {
 		t.Fatalf("a read-only open created %s: %v", empty, err)
+	}
+	// A file truncated to zero holds no log: said so, not bbolt's failed
+	// attempt to write a new one into a file opened for reading.
+	zero := t.TempDir()
+	if err := os.WriteFile(filepath.Join(zero, FileName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(zero, &Options{ReadOnly: true}); !errors.Is(err, ErrEmptyFile) {
+		t.Fatalf("a read-only open of an empty file: %v, want ErrEmptyFile", err)
+	}
+	if st, err := os.Stat(filepath.Join(zero, FileName)); err != nil || st.Size() != 0 {
+		t.Fatalf("the empty file after a read-only open: %v, %v", st, err)
 	}
 }

@@ -31,6 +31,10 @@ var (
 	// ErrDiskFull reports that the file system holding the log has less
 	// than MinFreeBytes free.
 	ErrDiskFull = errors.New("wal: file system nearly full")
+	// ErrEmptyFile reports a log file of zero bytes to a read-only open:
+	// it holds no log (serve starts a new one on it; a file truncated to
+	// zero has lost every frame).
+	ErrEmptyFile = errors.New("wal: the file is empty (0 bytes) and holds no log; serve starts a new log on it, and every decision recorded before it was emptied is gone")
 	// ErrLocked reports that another process holds the log file open.
 	ErrLocked = errors.New("wal: log file is locked by another process (is a server running on this data dir?)")
 	// ErrVersionMismatch reports a log whose format version this binary
@@ -227,6 +231,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 	}
 	path := filepath.Join(dir, FileName)
+	if st, err := os.Stat(path); err == nil && st.Size() == 0 && o.ReadOnly {
+		return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
+	}
 	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
 	if o.tune != nil {
 		o.tune(bo)

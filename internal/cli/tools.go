@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,8 +150,11 @@ func auditFromServer(cmd *cobra.Command, server, token, auditID string, include 
 // auditFromWAL reads the join from the WAL of a stopped service.
 func auditFromWAL(cmd *cobra.Command, file, dataDir, auditID string, kinds []string) ([]wal.Frame, error) {
 	db, err := openWAL(cmd, file, dataDir)
-	if err != nil {
+	if errors.Is(err, wal.ErrLocked) {
 		return nil, fmt.Errorf("%w; for a running server use --server", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer db.Close()
 	frames, err := db.AuditFramesOf(cmd.Context(), auditID, kinds)
