@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 
+	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
 )
@@ -105,7 +106,7 @@ func Parse(r io.Reader) ([]Token, error) {
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("access: %w", err)
+		return nil, fmt.Errorf("access: %w", config.DecodeError(err, &doc))
 	}
 	// A second document ("---") would otherwise be dropped unread, with
 	// the tokens it lists.

@@ -112,6 +112,12 @@ func TestLoadFileErrorsNameTheKey(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "access.tokens_file") {
 		t.Fatalf("err = %v, want it to name access.tokens_file", err)
 	}
+	// A misspelt key is named with its fix, as in the configuration file,
+	// and not as a field of a Go type.
+	_, err = Parse(strings.NewReader("tokens:\n  - name: a\n    tenant: x\n    tokn: " + opsToken + "\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 4: unknown key "tokn" (did you mean "token"?)`) || strings.Contains(err.Error(), "fileEntry") {
+		t.Fatalf("a misspelt key: %v", err)
+	}
 }
 
 // TestLoadFileRefusesWorldWritable: a tokens file every user may write

@@ -326,9 +326,7 @@ func Decode(r io.Reader, cfg *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file keeps the defaults
 		}
-		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
-		msg = withSuggestions(msg)
-		return errors.New(strings.TrimSpace(msg))
+		return DecodeError(err, cfg)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"reflect"
 	"regexp"
 	"strings"
@@ -8,27 +9,37 @@ import (
 
 var unknownFieldTypeRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
 
-// withSuggestions rewrites yaml's "field X not found in type T" as
-// `unknown key "X"`, adding the nearest key T has when one is close
-// ("did you mean"), so a misspelt key names its fix.
-func withSuggestions(msg string) string {
+// DecodeError is the error of a strict YAML decode into root (a struct
+// value, or a pointer to one) as an operator reads it: yaml's "field X not
+// found in type T" becomes `unknown key "X"`, with the nearest key T has
+// when one is close ("did you mean"), so a misspelt key names its fix and
+// not a Go type.
+func DecodeError(err error, root any) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
+	return errors.New(strings.TrimSpace(withSuggestions(msg, reflect.TypeOf(root))))
+}
+
+func withSuggestions(msg string, root reflect.Type) string {
 	return unknownFieldTypeRE.ReplaceAllStringFunc(msg, func(m string) string {
 		p := unknownFieldTypeRE.FindStringSubmatch(m)
 		out := `line ` + p[1] + `: unknown key "` + p[2] + `"`
-		if near := nearestKey(p[2], keysOfType(p[3])); near != "" {
+		if near := nearestKey(p[2], keysOfType(root, p[3])); near != "" {
 			out += ` (did you mean "` + near + `"?)`
 		}
 		return out
 	})
 }
 
-// keysOfType returns the YAML keys of the configuration struct yaml names
-// typeName (for example "config.HTTP").
-func keysOfType(typeName string) []string {
+// keysOfType returns the YAML keys of the struct, within root, that yaml
+// names typeName (for example "config.HTTP").
+func keysOfType(root reflect.Type, typeName string) []string {
 	var keys []string
 	var walk func(t reflect.Type)
 	seen := map[reflect.Type]bool{}
 	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
 		if t.Kind() != reflect.Struct || seen[t] {
 			return
 		}
@@ -43,7 +54,7 @@ func keysOfType(typeName string) []string {
 			walk(f.Type)
 		}
 	}
-	walk(reflect.TypeOf(Config{}))
+	walk(root)
 	return keys
 }
 
