@@ -139,6 +139,21 @@ func TestVerifyNamesStructuralDamage(t *testing.T) {
 			edit:   func(f, _ *bolt.Bucket) error { return f.Delete(frameKey(5)) },
 			badSeq: 5, problem: "head records seq 5 but the log ends at 4",
 		},
+		// The frame past the head is named, not a seq the log never had.
+		"head set back a frame": {
+			edit: func(f, m *bolt.Bucket) error {
+				fr, err := DecodeFrame(f.Get(frameKey(4)))
+				if err != nil {
+					return err
+				}
+				head, err := json.Marshal(chainPoint{Seq: 4, Hash: fr.Hash})
+				if err != nil {
+					return err
+				}
+				return m.Put(keyHead, head)
+			},
+			badSeq: 5, problem: "head records seq 4 but the log ends at 5",
+		},
 		"frame 4 replaced by a re-hashed forgery": {
 			// A forger who recomputes the frame's own hash still breaks the
 			// link from frame 5.

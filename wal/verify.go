@@ -150,7 +150,9 @@ func (w *chainWalk) indexes(ctx context.Context) error {
 		}
 	}
 	if head != w.prev {
-		rep.BadSeq, rep.Problem = w.prev.Seq+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, w.prev.Seq)
+		// The first seq the head and the frames disagree on: a frame past
+		// the head, or the first one the head names and the log lacks.
+		rep.BadSeq, rep.Problem = min(head.Seq, w.prev.Seq)+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, w.prev.Seq)
 		return nil
 	}
 	if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), w.bindingsOK); err != nil {
