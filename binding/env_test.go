@@ -252,6 +252,20 @@ func toolCall(kind string, args map[string]any, headers map[string]string) *bind
 	return &binding.Request{Method: http.MethodPost, Path: "/v1/tool", Headers: h, Body: body}
 }
 
+// shellCallAs is a tool.shell call with request id req-1 and no preflight,
+// sent with method and the header name and value pairs in extra.
+func shellCallAs(method string, extra ...string) func(*env) *binding.Request {
+	return func(*env) *binding.Request {
+		h := map[string]string{binding.HeaderRequestID: "req-1"}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h[extra[i]] = extra[i+1]
+		}
+		r := toolCall("tool.shell", nil, h)
+		r.Method = method
+		return r
+	}
+}
+
 // withID returns headers carrying a preflight id and a request id.
 func withID(preflightID, requestID string) map[string]string {
 	return map[string]string{binding.HeaderPreflightID: preflightID, binding.HeaderRequestID: requestID}

@@ -319,48 +319,24 @@ func ladderRungs() map[string]rung {
 			},
 			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"post in lower case is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
-				r.Method = "post"
-				return r
-			},
+			call:     shellCallAs("post"),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"GET overridden to POST is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x-http-method-override": "post"})
-				r.Method = http.MethodGet
-				return r
-			},
+			call:     shellCallAs(http.MethodGet, "x-http-method-override", "post"),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"an override listing POST among others is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x-http-method-override": "GET, POST"})
-				r.Method = http.MethodGet
-				return r
-			},
+			call:     shellCallAs(http.MethodGet, "x-http-method-override", "GET, POST"),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		// CGI and WSGI servers fold "_" into "-": X_HTTP_Method_Override
 		// reaches a Flask-style override as the dashed header does.
 		"PUT overridden to POST with underscores is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x_http_method_override": "POST"})
-				r.Method = http.MethodPut
-				return r
-			},
+			call:     shellCallAs(http.MethodPut, "x_http_method_override", "POST"),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"x_method-override naming POST is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1", "x_method-override": "POST"})
-				r.Method = http.MethodPatch
-				return r
-			},
+			call:     shellCallAs(http.MethodPatch, "x_method-override", "POST"),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		"POST with white space around it is gated": {
-			call: func(e *env) *binding.Request {
-				r := toolCall("tool.shell", nil, map[string]string{binding.HeaderRequestID: "req-1"})
-				r.Method = " POST "
-				return r
-			},
+			call:     shellCallAs(" POST "),
 			contract: preflight.ReasonPreflightRequired, kind: "tool.shell", gated: true},
 		// A runtime reading member names as C strings finds "kind" twice.
 		"a NUL in a member name": {

@@ -419,9 +419,10 @@ func TestMCPOutcomeOfAnSSEAnswer(t *testing.T) {
 	// is null and the postcondition cannot hold. So is a stream the MCP
 	// SDKs read otherwise than the gate would: the answer a client takes
 	// could then be another than the one judged.
-	answer := func(event, id, text string) string {
-		return event + "data: {\"jsonrpc\":\"2.0\",\"id\":" + id + ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":" + mustJSON(text) + "}]}}\n\n"
+	answerData := func(id, text string) string {
+		return "{\"jsonrpc\":\"2.0\",\"id\":" + id + ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":" + mustJSON(text) + "}]}}"
 	}
+	answer := func(event, id, text string) string { return event + "data: " + answerData(id, text) + "\n\n" }
 	for name, body := range map[string]string{
 		"another id":     stream("2", "ok"),
 		"answered twice": stream("1", "ok") + stream("1", "ok"),
@@ -431,7 +432,7 @@ func TestMCPOutcomeOfAnSSEAnswer(t *testing.T) {
 		// The SDK ends lines at LF only: for it the CRs hide the good
 		// answer in a comment and the bad one's line starts an event;
 		// a reader that ends lines at CR too sees the reverse.
-		"a lone CR": ": a\rdata: x\n" + answer("", "1", "bad") + ": c\rdata: " + strings.TrimSuffix(strings.TrimPrefix(answer("", "1", "ok"), "data: "), "\n\n") + "\r\r\n",
+		"a lone CR": ": a\rdata: x\n" + answer("", "1", "bad") + ": c\rdata: " + answerData("1", "ok") + "\r\r\n",
 		// The SDK reads only events named message.
 		"another event name": answer("event: other\n", "1", "ok"),
 		// The SDK aborts the stream at a line with no colon.

@@ -372,9 +372,9 @@ func TestExtProcNeverPassesABrokenStream(t *testing.T) {
 				break // the server ended the stream
 			}
 		}
-		if _, err := stream.Recv(); err == nil {
-			for err == nil {
-				_, err = stream.Recv()
+		for {
+			if _, err := stream.Recv(); err != nil {
+				break // the stream's end
 			}
 		}
 		got := e.waitOutcomes(t, auditID, 1)

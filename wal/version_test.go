@@ -78,15 +78,7 @@ func TestLogWrittenBeforeVersionsServes(t *testing.T) {
 			t.Fatalf("consume under %s: %+v, %v; want %v", tc.requestID, res, err, tc.want)
 		}
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
-		t.Fatalf("verify after new frames: %+v, %v", rep, err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if v := metaVersion(t, dir); v != "2" {
-		t.Fatalf("version key after Open: %q, want \"2\"", v)
-	}
+	verifiedAtVersion2(t, db, dir)
 }
 
 // TestVersion1LogUpgraded: a version 1 log opened read-only stays as it
@@ -132,7 +124,14 @@ func TestVersion1LogUpgraded(t *testing.T) {
 	if d, err := db.Decision(ctx, "pf_upgraded"); err != nil || !bytes.Equal(d, decision) {
 		t.Fatalf("decision of the new preflight: %v", err)
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
+	verifiedAtVersion2(t, db, dir)
+}
+
+// verifiedAtVersion2 verifies the log db, open on dir, closes it, and
+// checks that the file then records format version 2.
+func verifiedAtVersion2(t *testing.T, db *wal.DB, dir string) {
+	t.Helper()
+	if rep, err := db.Verify(context.Background()); err != nil || !rep.OK() {
 		t.Fatalf("verify: %+v, %v", rep, err)
 	}
 	if err := db.Close(); err != nil {
