@@ -154,15 +154,13 @@ func (p *Processor) Process(stream extprocv3.ExternalProcessor_ProcessServer) er
 			// recorded unverified unless its outcome already is. A stream
 			// whose context ended has its reading end too, and its error
 			// says why.
-			why := err
 			if ctx.Err() != nil {
 				<-recvDone
-				if recvErr != nil {
-					why = recvErr
+				if recvErr != nil && !errors.Is(recvErr, io.EOF) {
+					err = recvErr
 				}
 			}
-			p.abandon(context.WithoutCancel(ctx), &x, fmt.Errorf("%w: %v", ErrStreamBroken, why))
-			return err
+			return p.ended(ctx, &x, err)
 		}
 	}
 }

@@ -231,8 +231,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 	}
 	path := filepath.Join(dir, FileName)
-	if st, err := os.Stat(path); err == nil && st.Size() == 0 && o.ReadOnly {
-		return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
+	if o.ReadOnly {
+		if st, err := os.Stat(path); err == nil && st.Size() == 0 {
+			return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
+		}
 	}
 	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
 	if o.tune != nil {
