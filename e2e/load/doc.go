@@ -23,7 +23,12 @@
 // The gRPC floor answers OK to every Check; the HTTP floor answers 200 to
 // every POST. The service's ratios are taken against them in the same run,
 // on the same machine, with the same client, so they hold from one machine
-// to another where absolute figures do not.
+// to another where absolute figures do not. The main run splits every
+// scenario into -rounds slices (3 by default, -duration/3 each) and runs
+// the targets in turn within each round: floors, OPA-Envoy, then the
+// service. Each line it prints merges a scenario's slices (rounds.go), so
+// the two sides of every ratio were measured over the same stretches of
+// the machine's time; -rounds 1 measures each scenario in one piece.
 //
 // With -etcd it also runs the service scenarios on the etcd backend: a
 // serial and a concurrent put-if-absent transaction against a local

@@ -55,6 +55,8 @@ type result struct {
 	// EtcdProposalsPerCall is how many raft entries etcd committed per
 	// call (a write transaction is one, a read none).
 	EtcdProposalsPerCall float64 `json:"etcd_proposals_per_call,omitempty"`
+	// lat is every call's latency, sorted, for merging results (merge).
+	lat []time.Duration
 }
 
 // call is one request; i numbers it within its scenario.
@@ -121,7 +123,7 @@ func driveBetween(ctx context.Context, conc int, d time.Duration, limit int, fn 
 // elapsed at conc.
 func summarize(conc int, lat []time.Duration, elapsed time.Duration) result {
 	slices.Sort(lat)
-	r := result{Conc: conc, Calls: len(lat), Seconds: elapsed.Seconds()}
+	r := result{Conc: conc, Calls: len(lat), Seconds: elapsed.Seconds(), lat: lat}
 	if elapsed > 0 {
 		r.PerSecond = float64(len(lat)) / elapsed.Seconds()
 	}

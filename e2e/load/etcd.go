@@ -113,7 +113,7 @@ func etcdRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 		}
 		for _, conc := range cfg.conc {
 			floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
-			if err := first.scenarios(ctx, rep, out, target, conc, floorRate); err != nil {
+			if err := first.scenarios(ctx, rep, out, target, conc, floorRate, cfg.duration); err != nil {
 				closeAll()
 				return err
 			}

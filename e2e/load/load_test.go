@@ -141,6 +141,9 @@ func TestFlags(t *testing.T) {
 		"unknown flag":  {[]string{"-nope"}, false},
 		"service env":   {[]string{"-service-env", "GOGC=400, GOMEMLIMIT=120MiB"}, true},
 		"env not pair":  {[]string{"-service-env", "GOGC"}, false},
+		"one round":     {[]string{"-rounds", "1"}, true},
+		"no rounds":     {[]string{"-rounds", "0"}, false},
+		"slices short":  {[]string{"-duration", "50ms", "-rounds", "10"}, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -149,6 +152,45 @@ func TestFlags(t *testing.T) {
 				t.Fatalf("parseFlags(%q): %v, want ok %v", tc.args, err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestMergeWeighsSlices: two slices of one scenario merge into the figures
+// one slice as long as both would have given.
+func TestMergeWeighsSlices(t *testing.T) {
+	ms := func(n ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range n {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	a := summarize(4, ms(1, 2, 3), time.Second)
+	a.Target, a.Scenario, a.CPUMicros = targetService, scConsume, 10
+	a.CommitsPerCall, a.WritesPerCommit, a.CommitMicros = 1, 1, 300 // 3 commits of 1 write
+	b := summarize(4, ms(7, 8, 9, 10, 11, 12), 3*time.Second)
+	b.CPUMicros, b.Errors, b.FirstError, b.RanOutOfIDs = 40, 2, "second", true
+	b.CommitsPerCall, b.WritesPerCommit, b.CommitMicros = 0.5, 2, 600 // 3 commits of 2 writes
+
+	m := a.merge(b)
+	if m.Target != targetService || m.Scenario != scConsume || m.Conc != 4 {
+		t.Errorf("merged names %q %q at %d", m.Target, m.Scenario, m.Conc)
+	}
+	if m.Calls != 9 || m.Seconds != 4 || m.PerSecond != 2.25 {
+		t.Errorf("calls %d over %.1f s = %.2f/s, want 9 over 4 s = 2.25/s", m.Calls, m.Seconds, m.PerSecond)
+	}
+	if m.P50Micros != 8000 || m.P99Micros != 12000 {
+		t.Errorf("p50 %.0f µs, p99 %.0f µs; want 8000 and 12000", m.P50Micros, m.P99Micros)
+	}
+	if m.CPUMicros != 30 { // (3×10 + 6×40) / 9
+		t.Errorf("cpu %.1f µs a call, want 30", m.CPUMicros)
+	}
+	if m.CommitsPerCall != 6.0/9 || m.WritesPerCommit != 1.5 || m.CommitMicros != 450 {
+		t.Errorf("commits %.3f a call, %.2f writes and %.0f µs a commit; want %.3f, 1.5, 450",
+			m.CommitsPerCall, m.WritesPerCommit, m.CommitMicros, 6.0/9)
+	}
+	if m.Errors != 2 || m.FirstError != "second" || !m.RanOutOfIDs {
+		t.Errorf("errors %d (%q), ran out %v", m.Errors, m.FirstError, m.RanOutOfIDs)
 	}
 }
 

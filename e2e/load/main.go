@@ -63,6 +63,9 @@ type settings struct {
 	etcd bool
 	// serviceArgs are more flags of the service's serve.
 	serviceArgs []string
+	// rounds splits every scenario of the main run into this many slices
+	// of duration/rounds, the targets taking turns slice by slice.
+	rounds int
 }
 
 // report is everything one run measured.
@@ -127,6 +130,7 @@ func parseFlags(args []string) (settings, error) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.StringVar(&cfg.bin, "bin", "", "autonomy binary to measure (default: build ./cmd/autonomy)")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "how long each scenario runs at each concurrency")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "main run: split each scenario into this many slices, every target taking its turn in each round")
 	conc := fs.String("conc", "1,64", "comma-separated concurrencies")
 	fs.IntVar(&cfg.fill, "fill", 0, "also run the service scenarios on a WAL pre-filled with this many frames")
 	fs.IntVar(&cfg.cached, "cached", 0, "also measure RSS with this many bindings in the binding cache")
@@ -158,6 +162,9 @@ func parseFlags(args []string) (settings, error) {
 	}
 	if cfg.duration <= 0 {
 		return cfg, errors.New("-duration must be positive")
+	}
+	if cfg.rounds < 1 || cfg.duration/time.Duration(cfg.rounds) < 10*time.Millisecond {
+		return cfg, fmt.Errorf("-rounds %d: want 1 or more, each slice of -duration at least 10ms", cfg.rounds)
 	}
 	return cfg, nil
 }
@@ -246,8 +253,9 @@ func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 		fmt.Fprintln(out, "opa-envoy rows skipped: no -opa-envoy binary given")
 	}
 
-	// The main run: floors and the service on an empty WAL, interleaved per
-	// concurrency so that both see the same machine.
+	// The main run: floors, OPA-Envoy and the service on an empty WAL,
+	// taking turns in rounds (inRounds) so that every ratio compares
+	// figures taken over the same stretches of the machine's time.
 	svc, err := newService(ctx, cfg, cl, filepath.Join(work, "empty"), true)
 	if err != nil {
 		return err
@@ -255,12 +263,16 @@ func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 	svc.between = &sampler{op: least.write}
 	floorHTTP := "http://" + faddrs.HTTP
 	for _, conc := range cfg.conc {
-		measureFloors(ctx, rep, out, cl, floors, floorAC, floorHTTP, conc, cfg.duration)
-		if opa != nil {
-			opa.measure(ctx, rep, out, cl, conc, cfg.duration)
-		}
-		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
-		if err := svc.scenarios(ctx, rep, out, targetService, conc, floorRate); err != nil {
+		fmt.Fprintf(out, "concurrency %d: %d rounds of %s a scenario ...\n", conc, cfg.rounds, cfg.duration/time.Duration(cfg.rounds))
+		err := inRounds(rep, out, cfg.rounds, cfg.duration, func(part *report, d time.Duration) error {
+			measureFloors(ctx, part, io.Discard, cl, floors, floorAC, floorHTTP, conc, d)
+			if opa != nil {
+				opa.measure(ctx, part, io.Discard, cl, conc, d)
+			}
+			floorRate := part.find(targetFloor, scFloorCheck, conc).PerSecond
+			return svc.scenarios(ctx, part, io.Discard, targetService, conc, floorRate, d)
+		})
+		if err != nil {
 			svc.close()
 			return err
 		}
@@ -395,9 +407,9 @@ func (s *service) close() error {
 
 // scenarios runs the four service scenarios at conc. floorRate bounds how
 // many fresh ids the consume run can use.
-func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64) error {
+func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, target string, conc int, floorRate float64, d time.Duration) error {
 	r := s.measure(ctx, func() result {
-		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		return drive(ctx, conc, d, 0, func(ctx context.Context, i int) error {
 			id, err := s.cl.preflight(ctx, s.at(i).base)
 			if err == nil {
 				s.pool.add(id)
@@ -408,7 +420,7 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 	rep.add(out, target, scPreflight, r)
 
 	// Fresh ids for the consume run, made now and not timed.
-	want := min(s.cfg.maxIDs, int(floorRate*s.cfg.duration.Seconds()*1.2)+100)
+	want := min(s.cfg.maxIDs, int(floorRate*d.Seconds()*1.2)+100)
 	if err := s.topUp(ctx, want); err != nil {
 		return err
 	}
@@ -418,7 +430,7 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 		between = s.between.sample
 	}
 	r = s.measure(ctx, func() result {
-		return driveBetween(ctx, conc, s.cfg.duration, len(fresh), func(ctx context.Context, i int) error {
+		return driveBetween(ctx, conc, d, len(fresh), func(ctx context.Context, i int) error {
 			// On several replicas, most ids are consumed on another
 			// replica than the one that made them.
 			return check(ctx, s.at(i+1).ac, s.cl.checkRequest("tool.echo", fresh[i]), codes.OK, "")
@@ -427,14 +439,14 @@ func (s *service) scenarios(ctx context.Context, rep *report, out io.Writer, tar
 	rep.add(out, target, scConsume, r)
 
 	r = s.measure(ctx, func() result {
-		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		return drive(ctx, conc, d, 0, func(ctx context.Context, i int) error {
 			return check(ctx, s.at(i).ac, s.cl.checkRequest("tool.echo", s.spent), codes.PermissionDenied, preflight.ReasonReplay)
 		})
 	})
 	rep.add(out, target, scReplay, r)
 
 	r = s.measure(ctx, func() result {
-		return drive(ctx, conc, s.cfg.duration, 0, func(ctx context.Context, i int) error {
+		return drive(ctx, conc, d, 0, func(ctx context.Context, i int) error {
 			return check(ctx, s.at(i).ac, s.cl.checkRequest("tool.shell", ""), codes.PermissionDenied, preflight.ReasonPreflightRequired)
 		})
 	})
@@ -517,7 +529,7 @@ func fillRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 	}
 	for _, conc := range cfg.conc {
 		floorRate := rep.find(targetFloor, scFloorCheck, conc).PerSecond
-		if err := svc.scenarios(ctx, rep, out, targetFilled, conc, floorRate); err != nil {
+		if err := svc.scenarios(ctx, rep, out, targetFilled, conc, floorRate, cfg.duration); err != nil {
 			svc.close()
 			return err
 		}
