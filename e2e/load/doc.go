@@ -33,8 +33,8 @@
 // With -etcd it also runs the service scenarios on the etcd backend: a
 // serial and a concurrent put-if-absent transaction against a local
 // one-member etcd (the round trip), then one replica and three replicas on
-// it, and judges issue 18's goals against the bbolt figures of the same run
-// (etcd.go). On one replica the transaction is also made after each serial
+// it, and judges issue 18's goals against a bbolt service that takes turns
+// with the one replica in rounds (etcd.go). On one replica the transaction is also made after each serial
 // consume, outside its timing (as the least bbolt write is after each
 // consume on bbolt), and the serial goal takes that round trip: the
 // member's fsync slows as the consumes fill its log.

@@ -37,6 +37,15 @@ func TestJudgeEtcd(t *testing.T) {
 		!strings.Contains(between.Goals[0].Notes, "between the consumes") {
 		t.Errorf("latency goal with a sampled txn %+v, want 4500 / (3000 + 1500) = 1, met", between.Goals)
 	}
+	// The bbolt service measured in turn with etcd ×1, when there is one,
+	// is the bbolt side of both goals.
+	beside := &report{Runs: append(rep.Runs[:len(rep.Runs):len(rep.Runs)],
+		result{Target: targetBesideEtcd, Scenario: scConsume, Conc: 64, Calls: 1, PerSecond: 3000},
+		result{Target: targetBesideEtcd, Scenario: scConsume, Conc: 1, Calls: 1, P50Micros: 2000})}
+	beside.judgeEtcd(settings{etcd: true, conc: []int{1, 64}})
+	if len(beside.Goals) != 2 || beside.Goals[0].Got != 0.4 || beside.Goals[0].Met || beside.Goals[1].Got != 1.5 {
+		t.Errorf("goals beside a bbolt service %+v, want 1200 / 3000 = 0.4 missed and 4500 / (2000 + 1000) = 1.5", beside.Goals)
+	}
 	none := &report{Runs: rep.Runs}
 	none.judgeEtcd(settings{conc: []int{1, 64}})
 	if len(none.Goals) != 0 {
@@ -55,6 +64,11 @@ func TestLoadOnEtcdBriefly(t *testing.T) {
 			if r := rep.find(target, sc, 1); r.Calls == 0 || r.Errors != 0 || r.EtcdRequestsPerCall <= 0 {
 				t.Errorf("%s / %s: %+v", target, sc, r)
 			}
+		}
+	}
+	for _, sc := range []string{scPreflight, scConsume, scReplay, scNoHeader} {
+		if r := rep.find(targetBesideEtcd, sc, 1); r.Calls == 0 || r.Errors != 0 || r.CommitsPerCall <= 0 {
+			t.Errorf("%s / %s: %+v", targetBesideEtcd, sc, r)
 		}
 	}
 	consume, between := rep.find(targetEtcd1, scConsume, 1), rep.find(targetEtcdStore, scEtcdTxnBetween, 1)
