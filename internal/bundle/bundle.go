@@ -20,6 +20,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/loader"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -69,6 +70,9 @@ type Bundle struct {
 	denyReason rego.PreparedEvalQuery
 	timeout    time.Duration
 	reads      inputReads
+	// answers keeps the policy's answers by input, nil when they may
+	// depend on anything else (answers.go).
+	answers *lru.Cache[string, answer]
 	// noAllow is set when no module defines data.autonomy.allow (Warnings).
 	noAllow bool
 }
@@ -136,6 +140,7 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: %w", source, compiler.Errors)
 	}
 	b.reads = inputReadsOf(compiler)
+	b.answers = newAnswers(compiler, b.reads)
 	b.noAllow = len(compiler.GetRulesExact(allowRef)) == 0
 	prepare := func(q string) (rego.PreparedEvalQuery, error) {
 		// Strict builtin errors: a builtin that fails (a bad argument, a

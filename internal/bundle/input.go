@@ -66,6 +66,21 @@ func (b *Bundle) ReadsInput(key string) bool { return b.reads.all || b.reads.key
 
 // AllowValue is Allow with the input already converted to an OPA value, so
 // the caller can build it from Go values directly and reuse parts of it.
+// A pure policy's answer for an input it answered before is the one it gave
+// then (answers.go); errors are never kept.
 func (b *Bundle) AllowValue(ctx context.Context, input ast.Value) (bool, string, error) {
-	return b.allowWith(ctx, rego.EvalParsedInput(input))
+	if b.answers == nil {
+		return b.allowWith(ctx, rego.EvalParsedInput(input))
+	}
+	key, keep := answerKey(input)
+	if keep {
+		if a, ok := b.answers.Get(key); ok {
+			return a.allowed, a.reason, nil
+		}
+	}
+	allowed, reason, err := b.allowWith(ctx, rego.EvalParsedInput(input))
+	if err == nil && keep {
+		b.answers.Add(key, answer{allowed: allowed, reason: reason})
+	}
+	return allowed, reason, err
 }

@@ -1,0 +1,111 @@
+package bundle
+
+import (
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// The policy's answers are kept by input when nothing but the input and the
+// bundle decides them: every call of one tool with the same arguments (and
+// the same actor, mode and preflight, when the policy reads those) then
+// skips OPA's evaluation. The gate leaves out of the input what the policy
+// never reads (inputReads), so the key holds exactly what the answer can
+// depend on; a reloaded bundle is a new Bundle with a cache of its own.
+const (
+	// answerCacheSize bounds the answers kept.
+	answerCacheSize = 1024
+	// maxAnswerKey bounds the input, in the bytes of its text, whose answer
+	// is kept, so the cache holds at most about 2 MiB of keys.
+	maxAnswerKey = 2048
+)
+
+// answer is one evaluation's result: allowed, or the deny reason.
+type answer struct {
+	allowed bool
+	reason  string
+}
+
+// clockOrWorld names the builtins whose result depends on something other
+// than their arguments and the bundle, beyond those OPA marks
+// Nondeterministic: the evaluation's clock (io.jwt.decode_verify without
+// a "time" constraint, the certificate chain's validity period), and the
+// builtins that write output rather than compute.
+var clockOrWorld = map[string]bool{
+	"io.jwt.decode_verify":                                   true,
+	"crypto.x509.parse_and_verify_certificates":              true,
+	"crypto.x509.parse_and_verify_certificates_with_options": true,
+	"print":          true,
+	"internal.print": true,
+	"trace":          true,
+}
+
+// pure reports whether the answers of c's policy depend only on its input
+// and data: every function it calls is either its own (a data. reference,
+// whose body is walked too) or a builtin OPA knows that reads no clock, no
+// randomness and nothing outside the evaluation. A builtin it does not
+// know, which a later OPA or a custom build might add, makes it impure.
+func pure(c *ast.Compiler) bool {
+	ok := true
+	called := func(op ast.Ref) {
+		name := op.String()
+		if strings.HasPrefix(name, "data.") {
+			return
+		}
+		b, known := ast.BuiltinMap[name]
+		if !known || b.Nondeterministic || clockOrWorld[name] {
+			ok = false
+		}
+	}
+	vis := ast.NewGenericVisitor(func(x any) bool {
+		switch x := x.(type) {
+		case *ast.Expr:
+			if x.IsCall() {
+				called(x.Operator())
+			}
+			for _, w := range x.With {
+				// A mocked function or builtin is replaced for the
+				// expression; the mock is walked as any other term, and
+				// the target may name a builtin that is not called.
+				if r, isRef := w.Target.Value.(ast.Ref); isRef && !r.HasPrefix(ast.DefaultRootRef) && !r.HasPrefix(ast.InputRootRef) {
+					called(r)
+				}
+			}
+		case ast.Call:
+			if op, isRef := x[0].Value.(ast.Ref); isRef {
+				called(op)
+			}
+		}
+		return !ok
+	})
+	for _, m := range c.Modules {
+		vis.Walk(m)
+	}
+	return ok
+}
+
+// newAnswers is the answer cache of a policy compiled into c that reads
+// reads of its input, or nil when its answers may change with anything but
+// the input, or when its inputs would hardly ever repeat: the request
+// carries each call's own x-request-id, and a preflight decision its own
+// ids, so a policy reading either would only fill the cache.
+func newAnswers(c *ast.Compiler, reads inputReads) *lru.Cache[string, answer] {
+	if reads.all || reads.keys["request"] || reads.keys["preflight"] || !pure(c) {
+		return nil
+	}
+	cache, err := lru.New[string, answer](answerCacheSize)
+	if err != nil {
+		return nil // only for a size below 1
+	}
+	return cache
+}
+
+// answerKey is the cache key of input: its text, in which every string is
+// quoted, so two inputs share a key only when they are the same value
+// (the gate builds inputs of JSON values only: objects, arrays, strings,
+// numbers, booleans, null). ok is false when the input is too big to keep.
+func answerKey(input ast.Value) (key string, ok bool) {
+	key = input.String()
+	return key, len(key) <= maxAnswerKey
+}
