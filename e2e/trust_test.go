@@ -25,17 +25,18 @@ import (
 // the metrics name the seq, and the log can still be read over the API
 // and, once stopped, verified and exported with the CLI.
 func TestServeRefusesATamperedLog(t *testing.T) {
-	tests := map[string]func(t *testing.T, btx *bolt.Tx, preflightID string){
-		"consumed marker deleted": func(t *testing.T, btx *bolt.Tx, preflightID string) {
-			key := append([]byte(preflightID), 0, 0, 0)
-			if btx.Bucket([]byte("consumed")).Get(key) == nil {
+	tests := map[string]func(t *testing.T, btx *bolt.Tx, preflightID, auditID string){
+		"consumed marker deleted": func(t *testing.T, btx *bolt.Tx, preflightID, auditID string) {
+			// In the audit index, after its audit id's entries (wal/doc.go).
+			key := append([]byte(auditID+"\x01"+preflightID), 0, 0, 0)
+			if btx.Bucket([]byte("audit")).Get(key) == nil {
 				t.Fatalf("no consumed marker for %s", preflightID)
 			}
-			if err := btx.Bucket([]byte("consumed")).Delete(key); err != nil {
+			if err := btx.Bucket([]byte("audit")).Delete(key); err != nil {
 				t.Fatal(err)
 			}
 		},
-		"binding record a year later": func(t *testing.T, btx *bolt.Tx, preflightID string) {
+		"binding record a year later": func(t *testing.T, btx *bolt.Tx, preflightID, _ string) {
 			b := btx.Bucket([]byte("preflights"))
 			v := bytes.Clone(b.Get([]byte(preflightID)))
 			// The record (wal/doc.go): seq, version, four strings, then the
@@ -71,7 +72,7 @@ func TestServeRefusesATamperedLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := bdb.Update(func(btx *bolt.Tx) error { tamper(t, btx, d.PreflightID); return nil }); err != nil {
+			if err := bdb.Update(func(btx *bolt.Tx) error { tamper(t, btx, d.PreflightID, d.AuditID); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			bdb.Close()

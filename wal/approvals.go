@@ -154,13 +154,34 @@ func (tx *Tx) approval(preflightID, stepID string) (Approval, error) {
 }
 
 // Approval returns the approval of one step of a preflight, or ErrNotFound.
+// An approved one is what lets its step run, so it is compared on every
+// read with the binding record and the decision frame it names
+// (approvalProblem), as Binding compares its record with its frame: a
+// record edited while the service runs fails the read, and the log is
+// trusted no more. An approved one read from a log not (yet) trusted is
+// that log's error.
 func (db *DB) Approval(ctx context.Context, preflightID, stepID string) (Approval, error) {
 	var a Approval
 	err := db.View(func(tx *Tx) error {
 		var err error
-		a, err = tx.approval(preflightID, stepID)
-		return err
+		if a, err = tx.approval(preflightID, stepID); err != nil || a.State != ApprovalApproved {
+			return err
+		}
+		if problem := tx.approvalProblem(&a); problem != "" {
+			ve := &VerifyError{Problem: fmt.Sprintf("approval record of %s step %s: %s", preflightID, stepID, problem)}
+			if a.Decided != nil {
+				ve.Seq = a.Decided.Seq
+			}
+			return ve
+		}
+		return nil
 	})
+	if ve := (*VerifyError)(nil); errors.As(err, &ve) {
+		db.distrust(ve)
+	}
+	if err == nil && a.State == ApprovalApproved {
+		err = db.Trusted()
+	}
 	return a, err
 }
 

@@ -228,7 +228,7 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 				return err
 			}
 			c.preflights++
-			n, err := tx.deleteConsumed(g.attrs.PreflightID)
+			n, err := tx.deleteMarkers(g.f.AuditID, g.attrs.PreflightID)
 			if err != nil {
 				return err
 			}
@@ -259,25 +259,6 @@ func (tx *Tx) compactFrames(before time.Time, limit int, c *compactChunk) error 
 	}
 	c.frames, c.firstSeq, c.lastSeq = len(gone), gone[0].f.Seq, last.Seq
 	return nil
-}
-
-// deleteConsumed removes every consumed marker of a preflight id.
-func (tx *Tx) deleteConsumed(preflightID string) (int, error) {
-	b := tx.btx.Bucket(bucketConsumed)
-	prefix := append([]byte(preflightID), 0)
-	var keys [][]byte
-	c := b.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		if len(k) == len(prefix)+2 {
-			keys = append(keys, bytes.Clone(k))
-		}
-	}
-	for _, k := range keys {
-		if err := b.Delete(k); err != nil {
-			return 0, err
-		}
-	}
-	return len(keys), nil
 }
 
 // retireSessions adds removed preflight frames to each session's retired

@@ -151,7 +151,6 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 	if _, ok := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(r.Binding.PreflightID))); !ok {
 		return ConsumeResult{Status: Gone, StepIndex: -1}, nil
 	}
-	b := tx.btx.Bucket(bucketConsumed)
 	free, digestSeen := -1, false
 	var spent []SpentStep
 	for i := range r.Binding.Steps {
@@ -160,7 +159,7 @@ func (tx *Tx) plan(r *ConsumeRequest) (ConsumeResult, error) {
 			continue
 		}
 		digestSeen = true
-		v := b.Get(consumedKey(r.Binding.PreflightID, i))
+		v := tx.marker(r.Binding.AuditID, r.Binding.PreflightID, i)
 		if v == nil {
 			if free < 0 {
 				free = i
@@ -274,7 +273,7 @@ func (tx *Tx) consume(r *ConsumeRequest, exp *expected) (ConsumeResult, error) {
 			return res, err
 		}
 		v, _ := json.Marshal(consumedRecord{RequestID: r.RequestID, Seq: f.Seq, At: f.Timestamp, ArgsDigest: r.CallDigest})
-		if err := tx.btx.Bucket(bucketConsumed).Put(consumedKey(r.Binding.PreflightID, res.StepIndex), v); err != nil {
+		if err := tx.putMarker(r.Binding.AuditID, r.Binding.PreflightID, res.StepIndex, v); err != nil {
 			return res, err
 		}
 	}

@@ -8,11 +8,13 @@
 //
 //	frames       key: seq as 8-byte big-endian       value: the frame as JSON, or packed (below)
 //	audit        key: audit_id 0x00 seq (8-byte BE)  value: empty (frames by audit id)
+//	             and the consumed markers: key audit_id 0x01 preflight_id 0x00 step (2-byte BE index
+//	             into the plan), value JSON {"request_id","seq","at","args_digest"} of the
+//	             autonomy.preflight_consumed frame (args_digest: the consuming call's, absent when
+//	             the consume named none); markers.go. Versions 1 and 2 keep them in a "consumed"
+//	             bucket instead, key preflight_id 0x00 step
 //	preflights   key: preflight_id                   value: seq of its autonomy.preflight frame (8-byte BE),
 //	             then the compact binding record (below)
-//	consumed     key: preflight_id 0x00 step (2-byte BE index into the plan)
-//	             value: JSON {"request_id","seq","at","args_digest"} of the autonomy.preflight_consumed frame
-//	             (args_digest: the consuming call's, absent when the consume named none)
 //	sessions     key: session key, the JSON array ["<actor id>","<session_id>","<plan_hash>"]
 //	             (compaction reads it from the frame's session_key)
 //	             value: attempts so far, 4-byte BE, then the attempt of the session's first
@@ -20,10 +22,11 @@
 //	idempotency  key: scope 0x00 idempotency key     value: JSON {"request_digest","preflight_id"}
 //	meta         key: "head"  value: JSON {"seq","hash"} of the newest frame
 //	             key: "base"  value: JSON {"seq","hash"} of the newest frame removed by compaction
-//	             key: "version"  value: the format version in decimal, "2" (FormatVersion); Open
-//	             reads "1" too (and, writable, makes it "2"), takes a log without the key for
-//	             version 1 (written before the key existed), and refuses any other
-//	             (ErrVersionMismatch)
+//	             key: "version"  value: the format version in decimal, "3" (FormatVersion); Open
+//	             reads "1" and "2" too (and, writable, makes it "3", moving the markers), takes a
+//	             log without the key for version 1 (written before the key existed), and refuses
+//	             any other (ErrVersionMismatch), or a log whose consumed bucket says another
+//	             version (ErrCorrupt)
 //	retired      key: session key                    value: how many of the session's preflight
 //	             frames compaction removed, 4-byte BE (created by the first compaction that needs it)
 //	approvals    key: preflight_id 0x00 step_id      value: JSON of an Approval: the step's kind, args digest,
@@ -32,8 +35,8 @@
 //	             first preflight with a step that waits for an approval; removed with the binding)
 //
 // Preflight and audit ids begin with their creation time in characters that
-// sort as the time does (internal/ids), so the audit, preflights and
-// consumed indexes grow at their end like the frames bucket; the commit
+// sort as the time does (internal/ids), so the audit and preflights
+// indexes grow at their end like the frames bucket; the commit
 // fills their pages to 90 % (frames: 100 %) instead of bbolt's 50 %.
 //
 // A frame is {"seq","kind","timestamp","audit_id","attrs","prev_hash","hash"}.

@@ -77,7 +77,10 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 			st.FrameBytes += int64(len(v))
 		}
 		st.Bindings = tx.btx.Bucket(bucketPreflights).Stats().KeyN
-		st.ConsumedMarkers = tx.btx.Bucket(bucketConsumed).Stats().KeyN
+		var err error
+		if st.ConsumedMarkers, err = tx.markerCount(ctx); err != nil {
+			return err
+		}
 		st.Sessions = tx.btx.Bucket(bucketSessions).Stats().KeyN
 		st.IdempotencyKeys = tx.btx.Bucket(bucketIdempotency).Stats().KeyN
 		return nil

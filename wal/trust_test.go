@@ -24,7 +24,7 @@ func TestVerifyOnOpenRefusesATamperedLog(t *testing.T) {
 	type tamper func(t *testing.T, btx *bolt.Tx, b preflightBindingSeq)
 	tests := map[string]tamper{
 		"consumed marker deleted": func(t *testing.T, btx *bolt.Tx, b preflightBindingSeq) {
-			if err := btx.Bucket(bucketConsumed).Delete(consumedKey(b.b.PreflightID, 0)); err != nil {
+			if err := btx.Bucket(bucketAudit).Delete(markerKey(b.b.AuditID, b.b.PreflightID, 0)); err != nil {
 				t.Fatal(err)
 			}
 		},

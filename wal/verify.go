@@ -126,6 +126,10 @@ func (w *chainWalk) frame(k, v []byte) bool {
 		if w.tx.bindingAgrees(f) {
 			w.bindingsOK++
 		}
+	case KindApproval:
+		if problem := w.tx.checkApprovalFrame(f); problem != "" {
+			return bad(problem)
+		}
 	}
 	if f.AuditID != "" {
 		if !hasKey(w.audit, auditKey(f.AuditID, f.Seq)) {
@@ -165,10 +169,14 @@ func (w *chainWalk) indexes(ctx context.Context) error {
 	if err := tx.verifyAuditIndex(ctx, w.indexed, rep); err != nil || !rep.OK() {
 		return err
 	}
-	if all, err := allMatched(ctx, tx.btx.Bucket(bucketConsumed), w.markersOK); err != nil || all {
+	if n, err := tx.markerCount(ctx); err != nil {
 		return err
+	} else if n != w.markersOK {
+		if err := tx.verifyMarkers(ctx, rep); err != nil || !rep.OK() {
+			return err
+		}
 	}
-	return tx.verifyMarkers(ctx, rep)
+	return tx.verifyApprovals(ctx, rep)
 }
 
 // The binding records and consumed markers are checked against their
@@ -238,6 +246,9 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if isMarkerKey(k) {
+			continue // verifyMarkers checks those
+		}
 		if n := len(k) - 9; n < 1 || k[n] != 0 {
 			rep.Problem = fmt.Sprintf("audit index entry %q is malformed", k)
 			return nil
@@ -253,6 +264,9 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if isMarkerKey(k) {
+			continue
 		}
 		n := len(k) - 9
 		id, seq := string(k[:n]), binary.BigEndian.Uint64(k[n+1:])
@@ -317,7 +331,7 @@ func (tx *Tx) checkConsumedFrame(f Frame) (problem string, matched bool) {
 			continue
 		}
 		var m consumedRecord
-		v := tx.btx.Bucket(bucketConsumed).Get(consumedKey(a.PreflightID, i))
+		v := tx.marker(b.AuditID, a.PreflightID, i)
 		switch {
 		case v == nil:
 			problem = fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
@@ -333,27 +347,22 @@ func (tx *Tx) checkConsumedFrame(f Frame) (problem string, matched bool) {
 // verifyMarkers checks that each consumed marker names the consumed frame
 // of its preflight, step and request.
 func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
-	c := tx.btx.Bucket(bucketConsumed).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		id, step, okKey := splitConsumedKey(k)
+	return tx.eachMarker(ctx, func(k []byte, auditID, id string, step int, okKey bool, v []byte) bool {
 		var m consumedRecord
 		if !okKey || json.Unmarshal(v, &m) != nil {
 			rep.Problem = fmt.Sprintf("consumed marker %q is malformed", k)
-			return nil
+			return false
 		}
-		bad := func(problem string) error {
+		bad := func(problem string) bool {
 			rep.BadSeq, rep.Problem = m.Seq, fmt.Sprintf("consumed marker of %s step %d: %s", id, step, problem)
-			return nil
+			return false
 		}
 		f, err := tx.Frame(m.Seq)
 		if err != nil {
 			return bad("names no frame in the log")
 		}
 		a, err := f.Consumed()
-		if err != nil || a.PreflightID != id || !a.names(&m) {
+		if err != nil || a.PreflightID != id || !a.names(&m) || (auditID != "" && f.AuditID != auditID) {
 			return bad("differs from the frame it names")
 		}
 		b, err := tx.binding(id)
@@ -363,8 +372,8 @@ func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 		if err == nil && (step >= len(b.Steps) || b.Steps[step].ID != a.StepID) {
 			return bad("names another step than the frame it names")
 		}
-	}
-	return nil
+		return true
+	})
 }
 
 // verifyBindings checks every compact binding record in the preflights

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,11 +63,13 @@ var (
 	bucketIdempotency = []byte("idempotency")
 	bucketMeta        = []byte("meta")
 
-	allBuckets = [][]byte{bucketFrames, bucketAudit, bucketPreflights, bucketConsumed,
+	// allBuckets are the buckets of a log of format 3. Formats 1 and 2
+	// also have bucketConsumed (markers.go).
+	allBuckets = [][]byte{bucketFrames, bucketAudit, bucketPreflights,
 		bucketSessions, bucketIdempotency, bucketMeta}
 
 	// timeOrdered are the indexes keyed by preflight or audit id.
-	timeOrdered = [][]byte{bucketAudit, bucketPreflights, bucketConsumed}
+	timeOrdered = [][]byte{bucketAudit, bucketPreflights}
 
 	keyHead    = []byte("head")
 	keyVersion = []byte("version")
@@ -73,12 +77,13 @@ var (
 )
 
 // FormatVersion is the on-disk format this package writes (doc.go). It
-// also reads version 1, which differs only in packing its large frames
-// with DEFLATE alone: a writable Open of a version 1 log makes it version
-// 2, since the frames it adds may be packed in a form version 1 does not
-// read. A log without the meta bucket's "version" key was written before
-// the key existed, in version 1.
-const FormatVersion = 2
+// also reads versions 1 and 2: version 2 keeps the consumed markers in a
+// bucket of their own (markers.go), and version 1 also packs its large
+// frames with DEFLATE alone. A writable Open of a log of either makes it
+// version 3: it moves the markers, and the frames it adds may be packed in
+// a form version 1 does not read. A log without the meta bucket's
+// "version" key was written before the key existed, in version 1.
+const FormatVersion = 3
 
 // FileName is the name of the log file inside the data directory.
 const FileName = "wal.db"
@@ -260,7 +265,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 		return nil
 	}
-	var upgraded bool
+	var (
+		upgraded       bool
+		moved, dropped int
+	)
 	if o.ReadOnly {
 		err = db.view(func(tx *Tx) error {
 			meta := tx.btx.Bucket(bucketMeta)
@@ -269,7 +277,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
 				}
 			}
-			if _, err := checkVersion(meta, false); err != nil {
+			if _, err := checkVersion(tx.btx, false); err != nil {
 				return err
 			}
 			return readHead(meta)
@@ -281,7 +289,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 					return err
 				}
 			}
-			if upgraded, err = checkVersion(tx.Bucket(bucketMeta), true); err != nil {
+			if upgraded, err = checkVersion(tx, true); err != nil {
+				return err
+			}
+			if moved, dropped, err = moveMarkers(tx); err != nil {
 				return err
 			}
 			return readHead(tx.Bucket(bucketMeta))
@@ -295,7 +306,8 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	if upgraded {
 		db.log.Info("wal format upgraded: the log now records format version "+strconv.Itoa(FormatVersion)+
-			"; binaries that read only version 1 refuse it", "path", path)
+			"; binaries that read only older versions refuse it", "path", path,
+			"consumed_markers_moved", moved, "consumed_markers_dropped", dropped)
 	}
 	db.ino, _ = statID(path)
 	if !o.NoSync && !o.ReadOnly {
@@ -642,6 +654,11 @@ func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 // chainFrame is the frame in makes appended after head by a log naming
 // replica, and the bytes the log stores for it.
 func chainFrame(in FrameInput, head chainPoint, replica string) (Frame, []byte, error) {
+	if strings.ContainsAny(in.AuditID, "\x00\x01") {
+		// The audit index tells its entries from its markers by the
+		// first of these bytes after the audit id (markers.go).
+		return Frame{}, nil, fmt.Errorf("wal: audit id %q holds a byte 0x00 or 0x01", in.AuditID)
+	}
 	attrs, err := encodeNamed(in.Attrs, replica)
 	if err != nil {
 		return Frame{}, nil, err
@@ -706,23 +723,34 @@ func auditKey(auditID string, seq uint64) []byte {
 }
 
 // checkVersion refuses a log of a format version this binary does not
-// read: a value other than "1" or "2", exactly. When writable, it records
-// FormatVersion in a log of an older one (or of none: written before the
-// key existed, or new) and reports whether that log held frames, whose
-// format it then changed.
-func checkVersion(meta *bolt.Bucket, writable bool) (upgraded bool, err error) {
+// read: a value other than "1", "2" or "3", exactly, or a log whose
+// consumed bucket says another version than its key (markers.go: a log has
+// that bucket exactly while it is of version 1 or 2). When writable, it
+// records FormatVersion in a log of an older one (or of none: written
+// before the key existed, or new) and reports whether that log held
+// frames, whose format it then changed; the caller moves its markers.
+func checkVersion(btx *bolt.Tx, writable bool) (upgraded bool, err error) {
+	meta := btx.Bucket(bucketMeta)
 	v := meta.Get(keyVersion)
+	legacy := btx.Bucket(bucketConsumed) != nil
+	existing := v != nil || meta.Get(keyHead) != nil
 	switch string(v) {
 	case strconv.Itoa(FormatVersion):
+		if legacy {
+			return false, fmt.Errorf("%w: a version %d log with a consumed bucket", ErrCorrupt, FormatVersion)
+		}
 		return false, nil
-	case "1":
+	case "1", "2":
 	default:
 		if v != nil {
 			return false, fmt.Errorf("%w: the log is version %q, this binary reads versions 1 to %d", ErrVersionMismatch, v, FormatVersion)
 		}
 	}
+	if existing && !legacy {
+		return false, fmt.Errorf("%w: a version %s log without its consumed bucket", ErrCorrupt, cmp.Or(string(v), "1"))
+	}
 	if !writable {
 		return false, nil
 	}
-	return v != nil || meta.Get(keyHead) != nil, meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
+	return existing, meta.Put(keyVersion, []byte(strconv.Itoa(FormatVersion)))
 }

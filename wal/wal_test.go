@@ -485,13 +485,13 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 		var seq uint64
 		if err := db.View(func(tx *Tx) error {
 			var m consumedRecord
-			err := json.Unmarshal(tx.btx.Bucket(bucketConsumed).Get(consumedKey(b.PreflightID, 0)), &m)
+			err := json.Unmarshal(tx.marker(b.AuditID, b.PreflightID, 0), &m)
 			seq = m.Seq
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return db, consumedKey(b.PreflightID, 0), seq
+		return db, markerKey(b.AuditID, b.PreflightID, 0), seq
 	}
 	for name, edit := range map[string]func(*bolt.Bucket, []byte) error{
 		"marker deleted": func(b *bolt.Bucket, k []byte) error { return b.Delete(k) },
@@ -510,12 +510,20 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 			if err := b.Delete(k); err != nil {
 				return err
 			}
-			return b.Put(consumedKey("pf_marker0000000001", 1), v)
+			return b.Put(append(bytes.Clone(k[:len(k)-2]), 0, 1), v)
+		},
+		// The gate would look for it under the preflight's audit id.
+		"marker under another audit id": func(b *bolt.Bucket, k []byte) error {
+			v := bytes.Clone(b.Get(k))
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			return b.Put(markerKey("au_elsewhere", "pf_marker0000000001", 0), v)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			db, key, seq := setup(t)
-			if err := db.update(func(tx *bolt.Tx) error { return edit(tx.Bucket(bucketConsumed), key) }); err != nil {
+			if err := db.update(func(tx *bolt.Tx) error { return edit(tx.Bucket(bucketAudit), key) }); err != nil {
 				t.Fatal(err)
 			}
 			rep, err := db.Verify(ctx)
@@ -595,7 +603,7 @@ func TestVerifyRepeatedStepIDs(t *testing.T) {
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK() {
 		t.Fatalf("both steps consumed: %+v, %v", rep, err)
 	}
-	if err := db.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketConsumed).Delete(consumedKey(b.PreflightID, 1)) }); err != nil {
+	if err := db.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAudit).Delete(markerKey(b.AuditID, b.PreflightID, 1)) }); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx); err != nil || rep.OK() {
