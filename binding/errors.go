@@ -26,6 +26,11 @@ var (
 	errBodyTooLarge = errors.New("binding: request body over http.max_body_bytes")
 	// errNoKind: neither the body nor the kind header names a tool kind.
 	errNoKind = errors.New("binding: no tool kind in the request")
+	// errKindList: the kind header came more than once, or as a list
+	// ("tool.echo,tool.shell"): its values joined name no one kind, and a
+	// made-up kind would pass the ladder as one no capability requires a
+	// preflight for.
+	errKindList = errors.New("binding: the tool kind header names more than one kind")
 	// errDuplicateKey: one object in the body names a member twice, or two
 	// members that differ only in case.
 	errDuplicateKey = strictjson.ErrDuplicateName

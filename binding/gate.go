@@ -905,10 +905,14 @@ func (g *Gate) readCall(c *call) error {
 		if g.o.KindHeader == "" {
 			return errNoKind
 		}
-		c.kind = c.req.Headers[g.o.KindHeader]
-		if c.kind == "" {
+		kind := c.req.Headers[g.o.KindHeader]
+		if kind == "" {
 			return errNoKind
 		}
+		if strings.Contains(kind, ",") {
+			return errKindList
+		}
+		c.kind = kind
 		c.argsMap = map[string]any{}
 		c.args = c.argsMap
 		c.noBody = true

@@ -289,6 +289,9 @@ func (g *Gate) consumeRequest(c *call, now time.Time) wal.ConsumeRequest {
 	// The ladder refused args without a digest; computing it here also
 	// keeps it out of the WAL's commit loop, where the frame is built.
 	digest, _ := c.argsDigest()
+	if c.noBody {
+		digest = "" // the args are unknown (frame)
+	}
 	return wal.ConsumeRequest{Binding: &c.b, Kind: c.kind, ArgsDigest: c.digest,
 		RequestID: c.requestID, CallDigest: digest, Time: now, Held: c.held}
 }
@@ -310,7 +313,10 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	if !d.Allowed {
 		a.AdvisoryReason = d.AdvisoryReason
 	}
-	if c.gated && c.argsMap != nil {
+	// A call without a body (its kind from gate.kind_header) is judged on
+	// args {}, but its real args are unknown: no digest is recorded for
+	// them.
+	if c.gated && c.argsMap != nil && !c.noBody {
 		if g.o.StoreRawRequests {
 			a.Args = c.argsMap
 		}

@@ -209,6 +209,16 @@ func ladderRungs() map[string]rung {
 				return r
 			},
 			contract: preflight.ReasonBindingMismatch, bound: true, kind: "refund.create.v2", gated: true},
+		// Two kind headers arrive joined; the joined kind is no one kind
+		// and would need no preflight.
+		"no body, kind header twice": {
+			opts: kindHeader,
+			call: func(e *env) *binding.Request {
+				r := toolCall("tool.echo", nil, map[string]string{binding.HeaderRequestID: "req-1"})
+				r.Body, r.Headers["x-autonomy-tool-kind"] = nil, "tool.echo,tool.shell"
+				return r
+			},
+			contract: reasonMalformedCall, everyMode: true, gated: true},
 		"no body, clauses": {
 			opts: kindHeader,
 			call: func(e *env) *binding.Request {
@@ -519,3 +529,38 @@ func TestUnreadableCallNamesItsPreflight(t *testing.T) {
 
 // idShaped reports whether id has the shape the ladder looks up.
 var idShaped = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`).MatchString
+
+// TestNoBodyRecordsNoArgsDigest: a call without a body (its kind from
+// gate.kind_header) is judged on args {}, but its real args are unknown,
+// so neither its decision frame nor its consumed marker's frame records a
+// digest of {} as if they were its args.
+func TestNoBodyRecordsNoArgsDigest(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		e := newEnv(t, loadTestBundle(t), binding.ModeEnforce, kindHeader, func(o *binding.Options) { o.StoreRawRequests = raw })
+		b := e.record(preflight.OutcomePass, actorID, step("s1", "tool.echo", map[string]any{"msg": "hi"}))
+		r := toolCall("tool.echo", nil, withID(b.PreflightID, "req-1"))
+		r.Body, r.Headers["x-autonomy-tool-kind"] = nil, "tool.echo"
+		if d := e.check(r); !d.Allowed {
+			t.Fatalf("no-body call of a step that binds no args: %+v", d)
+		}
+		frames, err := e.db.AuditFramesOf(context.Background(), b.AuditID, []string{wal.KindDecision, wal.KindConsumed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen int
+		for _, f := range frames {
+			if f.Kind != wal.KindDecision && f.Kind != wal.KindConsumed {
+				continue
+			}
+			seen++
+			for _, name := range []string{"args_digest", "args"} {
+				if has, err := f.Attr(name, new(any)); err != nil || has {
+					t.Errorf("store_raw_requests %v: %s frame holds %s: %s", raw, f.Kind, name, f.Attrs)
+				}
+			}
+		}
+		if seen != 2 {
+			t.Fatalf("%d decision and consumed frames under %s, want 2", seen, b.AuditID)
+		}
+	}
+}

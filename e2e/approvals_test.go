@@ -69,6 +69,12 @@ func apData(t *testing.T) string {
 // apServe starts the service in mode with the approvals bundle and tokens.
 func apServe(t *testing.T, mode string, extra ...string) *cbServer {
 	t.Helper()
+	return apServeConfig(t, mode, "", extra...)
+}
+
+// apServeConfig is apServe with more lines of configuration.
+func apServeConfig(t *testing.T, mode, config string, extra ...string) *cbServer {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, []byte(fmt.Sprintf(`tokens:
@@ -81,7 +87,7 @@ func apServe(t *testing.T, mode string, extra ...string) *cbServer {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte("access:\n  tokens_file: "+tokens+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("access:\n  tokens_file: "+tokens+"\n"+config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--bundle", cbBundle(t, apData(t)), "--config", cfg}, extra...)
@@ -564,4 +570,46 @@ func TestApprovalsDotStepIDs(t *testing.T) {
 			t.Fatalf("an approved dot step (%s) = %+v, want an allow", id, v)
 		}
 	}
+}
+
+// TestApprovalsWebhookMatchesTheList: the approvals.pending notice names
+// each approval as GET /v1/approvals lists it, requested_at included: the
+// time the approval was recorded, not when the notice was built.
+func TestApprovalsWebhookMatchesTheList(t *testing.T) {
+	notices := make(chan []byte, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		notices <- raw
+	}))
+	defer hook.Close()
+	s := apServeConfig(t, "enforce", "approvals:\n  webhook_url: "+hook.URL+"/hook\n")
+	d := apPreflight(t, s, apRequest("webhook", "pay.send"))
+	var notice struct {
+		Event     string            `json:"event"`
+		Approvals []json.RawMessage `json:"approvals"`
+	}
+	select {
+	case raw := <-notices:
+		if err := json.Unmarshal(raw, &notice); err != nil || notice.Event != "approvals.pending" || len(notice.Approvals) != 1 {
+			t.Fatalf("notice %s: %v", raw, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no approvals.pending notice")
+	}
+	status, _, raw := apDo(t, s, http.MethodGet, "/v1/approvals?state=pending", apAliceToken, "")
+	var list struct {
+		Approvals []json.RawMessage `json:"approvals"`
+	}
+	if status != http.StatusOK || json.Unmarshal(raw, &list) != nil {
+		t.Fatalf("list: %d %s", status, raw)
+	}
+	for _, a := range list.Approvals {
+		if bytes.Contains(a, []byte(d.PreflightID)) {
+			if !bytes.Equal(a, notice.Approvals[0]) {
+				t.Fatalf("the notice names\n%s\nthe list\n%s", notice.Approvals[0], a)
+			}
+			return
+		}
+	}
+	t.Fatalf("the list %s does not hold %s", raw, d.PreflightID)
 }

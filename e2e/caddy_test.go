@@ -100,6 +100,23 @@ func TestDeployCaddy(t *testing.T) {
 	}
 	call("")
 	call("forged")
+	// The check never sees the body, so Caddy bounds it (request_body):
+	// a body over 1 MiB does not reach the runtime, though the service
+	// allows the call.
+	big, err := http.NewRequest(http.MethodPost, urls[2]+"/v1/tool",
+		strings.NewReader(`{"kind":"`+dpShellKind+`","args":{"pad":"`+strings.Repeat("x", 2<<20)+`"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Header.Set(dpKindHdr, dpShellKind)
+	resp, err = dpNoRedirects.Do(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge && resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a 2 MiB body through Caddy: status %d, want 413 (or 502 from Caddy before 2.7)", resp.StatusCode)
+	}
 	calls := advRT.calls(t)
 	if len(calls) != 2 {
 		t.Fatalf("the advisory runtime logged %+v, want two calls", calls)

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/contractrefine/autonomy/binding"
 )
 
@@ -81,6 +83,11 @@ var (
 	// errOriginRepeated: a forward-auth header naming the original method
 	// or URI comes more than once; one of them may be the client's.
 	errOriginRepeated = errors.New("extauthz: a forwarded method or URI header is given more than once")
+	// errOriginList: a forwarded method is not one method token, or a
+	// forwarded URI is not one request target: a list such as "POST, GET"
+	// or "/x, /v1/tool" is what a proxy that appends to the client's header
+	// sends, and names no request the gate knows.
+	errOriginList = errors.New("extauthz: a forwarded method or URI header names more than one request, or none")
 	// errTwoBodies: a CheckRequest carries both body and raw_body. Envoy
 	// sets one of them; a check carrying two bodies is not judged on one.
 	errTwoBodies = errors.New("extauthz: the CheckRequest carries both body and raw_body")
@@ -93,6 +100,31 @@ var (
 // OriginHeaders are the headers that name the request a forward-auth check
 // is about: only a proxy may set them.
 var OriginHeaders = []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Original-Method", "X-Original-Uri"}
+
+// oneOrigin reports whether a forwarded method and URI each name one
+// request: the method one token (RFC 9110's tchar) or absent, the URI one
+// target in origin or absolute form or absent, with no white space or
+// control character, and no comma that starts another target
+// ("/x, /v1/tool", "/x,/v1/tool", "http://a/,http://b/v1/tool").
+func oneOrigin(method, uri string) bool {
+	for _, r := range method {
+		if !httpguts.IsTokenRune(r) {
+			return false
+		}
+	}
+	if uri == "" {
+		return true
+	}
+	if strings.IndexFunc(uri, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 ||
+		strings.Contains(uri, ",/") || strings.Count(uri, "://") > 1 {
+		return false
+	}
+	if uri[0] == '/' {
+		return true
+	}
+	u, err := url.ParseRequestURI(uri)
+	return err == nil && u.IsAbs()
+}
 
 // RequestFromHTTP builds the gate's view of a check arriving over HTTP. The
 // original method and URI come from X-Forwarded-Method/X-Forwarded-Uri
@@ -137,6 +169,9 @@ func RequestFromHTTP(r *http.Request, maxBody int64) *binding.Request {
 		}
 	case original:
 		method, uri = om, ou
+	}
+	if (forwarded || original) && originErr == nil && !oneOrigin(method, uri) {
+		originErr = errOriginList
 	}
 	if method == "" {
 		// A forward-auth proxy named the URI but not the method. Its own

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/authority"
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/contractrefine/autonomy/preflight/envelope"
 )
@@ -34,15 +35,8 @@ func (a *ApprovalSpec) Validate() error {
 	if a.Required && len(a.Authorities) == 0 {
 		return fmt.Errorf("%w: authorities: at least one is required when required is true", ErrApprovalSpec)
 	}
-	seen := map[string]bool{}
-	for i, s := range a.Authorities {
-		switch {
-		case s == "":
-			return fmt.Errorf("%w: authorities[%d]: empty", ErrApprovalSpec, i)
-		case seen[s]:
-			return fmt.Errorf("%w: authorities[%d]: %q is listed twice", ErrApprovalSpec, i, s)
-		}
-		seen[s] = true
+	if i, problem := authority.ListProblem(a.Authorities); problem != "" {
+		return fmt.Errorf("%w: authorities[%d]: %q %s (a token's role must equal it to approve)", ErrApprovalSpec, i, a.Authorities[i], problem)
 	}
 	return nil
 }

@@ -74,6 +74,8 @@ func TestApprovalSpecValidate(t *testing.T) {
 		"required, no authority":  {&ApprovalSpec{Required: true}, false},
 		"empty authority":         {&ApprovalSpec{Required: true, Authorities: []string{""}}, false},
 		"authority twice":         {&ApprovalSpec{Required: true, Authorities: []string{"role:a", "role:a"}}, false},
+		// The tokens file refuses such a role, so no token could approve.
+		"authority with white space": {&ApprovalSpec{Required: true, Authorities: []string{"role:a", " r"}}, false},
 	}
 	for name, tc := range tests {
 		if err := tc.spec.Validate(); (err == nil) != tc.ok {

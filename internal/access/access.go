@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 
+	"github.com/contractrefine/autonomy/internal/authority"
 	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/preflight"
@@ -110,18 +111,10 @@ func Parse(r io.Reader) ([]Token, error) {
 	}
 	// A second document ("---") would otherwise be dropped unread, with
 	// the tokens it lists.
-	for {
-		var more yaml.Node
-		err := dec.Decode(&more)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("access: %w", err)
-		}
-		if !emptyDocument(&more) {
-			return nil, errors.New("access: the tokens file holds more than one YAML document; list every token under the first one's tokens")
-		}
+	if err := config.NoMoreDocuments(dec); errors.Is(err, config.ErrMoreDocuments) {
+		return nil, errors.New("access: the tokens file holds more than one YAML document; list every token under the first one's tokens")
+	} else if err != nil {
+		return nil, fmt.Errorf("access: %w", err)
 	}
 	if len(doc.Tokens) == 0 {
 		return nil, ErrNoTokens
@@ -175,33 +168,13 @@ func Parse(r io.Reader) ([]Token, error) {
 
 // checkIdentity validates an entry's roles and subject.
 func checkIdentity(e *fileEntry) error {
-	seen := map[string]bool{}
-	for i, r := range e.Roles {
-		switch {
-		case strings.TrimSpace(r) == "":
-			return fmt.Errorf("%w: %s: roles[%d] is empty", ErrBadToken, e.Name, i)
-		case strings.TrimSpace(r) != r:
-			return fmt.Errorf("%w: %s: roles[%d] starts or ends with white space", ErrBadToken, e.Name, i)
-		case seen[r]:
-			return fmt.Errorf("%w: %s: roles[%d] %q is listed twice", ErrBadToken, e.Name, i, r)
-		}
-		seen[r] = true
+	if i, problem := authority.ListProblem(e.Roles); problem != "" {
+		return fmt.Errorf("%w: %s: roles[%d] %q %s", ErrBadToken, e.Name, i, e.Roles[i], problem)
 	}
 	if strings.TrimSpace(e.Subject) != e.Subject {
 		return fmt.Errorf("%w: %s: subject starts or ends with white space", ErrBadToken, e.Name)
 	}
 	return nil
-}
-
-// emptyDocument reports whether n is a document with nothing in it (a
-// trailing "---", or one holding only a comment or null).
-func emptyDocument(n *yaml.Node) bool {
-	for _, c := range n.Content {
-		if c.Kind != yaml.ScalarNode || c.Tag != "!!null" {
-			return false
-		}
-	}
-	return true
 }
 
 // LoadFile reads the tokens file at path.

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -28,6 +29,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"gopkg.in/yaml.v3"
 
+	"github.com/contractrefine/autonomy/internal/config"
 	"github.com/contractrefine/autonomy/internal/strictjson"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/preflight/clause"
@@ -348,8 +350,14 @@ func checkDataSyntax(fsys fs.FS, root string) error {
 			}
 			return nil
 		}
-		if err := yaml.Unmarshal(b, &v); err != nil {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(&v); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("%s: %v", p, err) // yaml's own error names the line
+		}
+		// OPA's loader reads the first document alone: a second one would
+		// be dropped unread, with the capabilities or data it holds.
+		if err := config.NoMoreDocuments(dec); err != nil {
+			return fmt.Errorf("%s: %w; OPA reads the first one alone", p, err)
 		}
 		return nil
 	})

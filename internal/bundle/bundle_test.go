@@ -261,6 +261,9 @@ func TestDataSyntaxErrorsNameTheLine(t *testing.T) {
 		"json":                    {"data.json", "{\n  \"autonomy\": {\n    \"capabilities\": {,}\n  }\n}\n", "data.json: line 3: invalid character ','"},
 		"yaml":                    {"data.yaml", "autonomy:\n  capabilities:\n    a: [1, 2\n", "data.yaml: yaml: line"},
 		"json in a sub directory": {"sub/data.json", "{\n\n  x\n}", "sub/data.json: line 3: invalid character 'x'"},
+		// OPA's loader would read the first document alone.
+		"yaml, second document": {"data.yaml", "autonomy:\n  capabilities: {}\n---\nautonomy:\n  capabilities: {x: {zones: [\"*\"]}}\n",
+			"data.yaml: the file holds more than one YAML document"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := bundletest.Dir(t, map[string]string{"policy.rego": testPolicy, tc.file: tc.data})

@@ -43,6 +43,9 @@ func newApprovals(stdout, _ io.Writer) *cobra.Command {
 			if state != "pending" && state != "decided" {
 				return fmt.Errorf("--state %q: want pending or decided", state)
 			}
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want a page size of 1 or more (0: the service's default)", limit)
+			}
 			q := url.Values{"state": {state}}
 			if limit > 0 {
 				q.Set("limit", fmt.Sprint(limit))

@@ -72,3 +72,12 @@ func TestApprovalsListStateCheckedFirst(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 }
+
+// TestApprovalsListLimitChecked: a negative --limit is refused before any
+// request is sent, not read as the service's default.
+func TestApprovalsListLimitChecked(t *testing.T) {
+	code, _, errs := runCLI(t, "approvals", "list", "--server", "http://127.0.0.1:1", "--token", "t", "--limit", "-1")
+	if code == 0 || !strings.Contains(errs, `--limit -1: want a page size of 1 or more`) {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+}

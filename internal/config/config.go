@@ -318,7 +318,8 @@ func Load(path string) (Config, error) {
 }
 
 // Decode reads YAML into cfg strictly: an unknown key is an error naming the
-// key and its line.
+// key and its line, and a second document with content is an error (it
+// would otherwise be dropped unread, with the settings it holds).
 func Decode(r io.Reader, cfg *Config) error {
 	dec := yaml.NewDecoder(r)
 	dec.KnownFields(true)
@@ -328,7 +329,36 @@ func Decode(r io.Reader, cfg *Config) error {
 		}
 		return DecodeError(err, cfg)
 	}
+	if err := NoMoreDocuments(dec); errors.Is(err, ErrMoreDocuments) {
+		return fmt.Errorf("%w: put every setting in the first one", err)
+	} else if err != nil {
+		return err
+	}
 	return nil
+}
+
+// ErrMoreDocuments reports a YAML file with more than one document.
+var ErrMoreDocuments = errors.New("the file holds more than one YAML document")
+
+// NoMoreDocuments reads what dec has left after its first document:
+// ErrMoreDocuments when that is another document with content ("---"
+// followed by keys), nil when it is nothing or empty documents.
+func NoMoreDocuments(dec *yaml.Decoder) error {
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, c := range more.Content {
+			if c.Kind != yaml.ScalarNode || c.Tag != "!!null" {
+				return ErrMoreDocuments
+			}
+		}
+	}
 }
 
 var pointerRE = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)

@@ -60,14 +60,20 @@ wal: {retention: 24h, store_raw_requests: true}
 				c.Gate.KindHeader == "x-tool-kind" && c.WAL.StoreRawRequests && c.Bundle == "/etc/bundle"
 		}},
 		"empty file keeps defaults": {yaml: "", check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:8181" }},
-		"unknown top-level key":     {yaml: "http_adr: x\n", wantErr: `line 1: unknown key "http_adr"`},
-		"unknown nested key":        {yaml: "contract_refine:\n  mode: enforce\n  modes: x\n", wantErr: `line 3: unknown key "modes"`},
-		"bad mode":                  {yaml: "contract_refine: {mode: strict}\n", wantErr: `contract_refine.mode: "strict" is not one of`},
-		"bad duration":              {yaml: "contract_refine: {binding_window: soon}\n", wantErr: "line 1"},
-		"cache ttl above ceiling":   {yaml: "contract_refine: {binding_cache_ttl: 90s}\n", wantErr: "contract_refine.binding_cache_ttl: must be positive and at most 1m0s"},
-		"too many repairs":          {yaml: "contract_refine: {max_repair_attempts: 4}\n", wantErr: "contract_refine.max_repair_attempts: must be between 0 and 3"},
-		"bad pointer":               {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
-		"whole-body pointer":        {yaml: "gate: {args_pointer: \"\"}\n", wantErr: `gate.args_pointer: "" is not a JSON Pointer to a member`},
+		// A second document would be dropped unread: here the mode and
+		// the tokens, leaving advisory mode and open read endpoints.
+		"second document": {yaml: "http_addr: 127.0.0.1:9\n---\ncontract_refine: {mode: enforce}\n",
+			wantErr: "more than one YAML document"},
+		"empty documents after the first": {yaml: "---\nhttp_addr: 127.0.0.1:9\n---\n---\n",
+			check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:9" }},
+		"unknown top-level key":   {yaml: "http_adr: x\n", wantErr: `line 1: unknown key "http_adr"`},
+		"unknown nested key":      {yaml: "contract_refine:\n  mode: enforce\n  modes: x\n", wantErr: `line 3: unknown key "modes"`},
+		"bad mode":                {yaml: "contract_refine: {mode: strict}\n", wantErr: `contract_refine.mode: "strict" is not one of`},
+		"bad duration":            {yaml: "contract_refine: {binding_window: soon}\n", wantErr: "line 1"},
+		"cache ttl above ceiling": {yaml: "contract_refine: {binding_cache_ttl: 90s}\n", wantErr: "contract_refine.binding_cache_ttl: must be positive and at most 1m0s"},
+		"too many repairs":        {yaml: "contract_refine: {max_repair_attempts: 4}\n", wantErr: "contract_refine.max_repair_attempts: must be between 0 and 3"},
+		"bad pointer":             {yaml: "gate: {kind_pointer: kind}\n", wantErr: `gate.kind_pointer: "kind" is not a JSON Pointer`},
+		"whole-body pointer":      {yaml: "gate: {args_pointer: \"\"}\n", wantErr: `gate.args_pointer: "" is not a JSON Pointer to a member`},
 		// yaml leaves the default in place for a key with no value.
 		"mode left empty":       {yaml: "contract_refine:\n  mode:\n", wantErr: "line 2: contract_refine.mode: no value (null)"},
 		"mode ~":                {yaml: "contract_refine: {mode: ~}\n", wantErr: "line 1: contract_refine.mode: no value (null)"},

@@ -347,8 +347,9 @@ type PendingNotice struct {
 	Approvals   []ApprovalView `json:"approvals"`
 }
 
-// NoticeOf is the notice for binding b, recorded at now.
-func NoticeOf(b *preflight.Binding, now time.Time) PendingNotice {
+// NoticeOf is the notice for binding b, its approvals recorded as
+// requested at at, as GET /v1/approvals lists them.
+func NoticeOf(b *preflight.Binding, at time.Time) PendingNotice {
 	n := PendingNotice{Event: "approvals.pending", PreflightID: b.PreflightID, AuditID: b.AuditID,
 		Tenant: b.Tenant, ActorID: b.ActorID, Approvals: []ApprovalView{}}
 	for _, s := range b.Steps {
@@ -357,8 +358,8 @@ func NoticeOf(b *preflight.Binding, now time.Time) PendingNotice {
 		}
 		a := wal.Approval{PreflightID: b.PreflightID, StepID: s.ID, AuditID: b.AuditID, Tenant: b.Tenant,
 			ActorID: b.ActorID, ToolKind: s.Kind, ArgsDigest: s.ArgsDigest, Authorities: s.Approval.Authorities,
-			RequestedAt: now, ExpiresAt: s.Approval.ExpiresAt, State: wal.ApprovalPending}
-		n.Approvals = append(n.Approvals, ViewOf(&a, now))
+			RequestedAt: at.UTC(), ExpiresAt: s.Approval.ExpiresAt, State: wal.ApprovalPending}
+		n.Approvals = append(n.Approvals, ViewOf(&a, at))
 	}
 	return n
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/contractrefine/autonomy/internal/httpapi"
 	"github.com/contractrefine/autonomy/internal/webhook"
@@ -26,15 +27,15 @@ func (s *Server) pendingApprovals() (float64, error) {
 // startNotifier starts the approvals.webhook_url notifier, when one is
 // configured, and returns the hook the API calls for a preflight with
 // pending approvals.
-func (s *Server) startNotifier() func(ctx context.Context, b *preflight.Binding) {
+func (s *Server) startNotifier() func(ctx context.Context, b *preflight.Binding, at time.Time) {
 	a := s.cfg.Approvals
 	if a.WebhookURL == "" {
 		return nil
 	}
 	s.notifier = webhook.New(webhook.Options{URL: a.WebhookURL, Timeout: a.WebhookTimeout, Retries: a.WebhookRetries,
 		Logger: s.log, Delivered: s.obs.metrics.WebhookDelivery})
-	return func(_ context.Context, b *preflight.Binding) {
-		s.notifier.Notify(httpapi.NoticeOf(b, s.now()))
+	return func(_ context.Context, b *preflight.Binding, at time.Time) {
+		s.notifier.Notify(httpapi.NoticeOf(b, at))
 	}
 }
 

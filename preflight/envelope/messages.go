@@ -24,6 +24,7 @@ const (
 	msgTimestampFormat = "%s must be an RFC 3339 UTC timestamp ending in Z."
 	// msgApprovalAuthorities: mode always with requiredFor names approvals
 	// that nobody could give.
+	msgApprovalName        = "%s[%d] %s."
 	msgApprovalAuthorities = "authorityRefs must name at least one authority when mode is always and requiredFor is not empty."
 )
 

@@ -17,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
+	"github.com/contractrefine/autonomy/internal/authority"
 	"github.com/contractrefine/autonomy/internal/jsonptr"
 )
 
@@ -160,8 +161,18 @@ func appendTimeErrors(errs []located, obj map[string]any) ([]located, time.Time,
 // appendApprovalErrors refuses an approvalPolicy that requires approvals
 // nobody may give: mode "always" with classes in requiredFor and no
 // authorityRefs. A missing authority is never filled in with a default.
+// It also refuses a requiredFor or authorityRefs entry that is empty,
+// starts or ends with white space or is listed twice: such a class would
+// match no capability's, and such an authority no token's role, so the
+// policy would silently ask for no approval, or for one nobody can give.
 func appendApprovalErrors(errs []located, obj map[string]any) []located {
 	ap, _ := obj["approvalPolicy"].(map[string]any)
+	for _, name := range []string{"requiredFor", "authorityRefs"} {
+		if i, problem := authority.ListProblem(stringsOf(ap[name])); problem != "" {
+			errs = append(errs, newLocated([]string{"approvalPolicy", name, strconv.Itoa(i)},
+				fmt.Sprintf(msgApprovalName, name, i, problem), rankCode, false, len(errs)))
+		}
+	}
 	if stringAt(ap, "mode") != ApprovalModeAlways || len(stringsOf(ap["requiredFor"])) == 0 {
 		return errs
 	}

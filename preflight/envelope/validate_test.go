@@ -177,6 +177,29 @@ func TestValidateRules(t *testing.T) {
 			},
 			wantPaths: []string{"/approvalPolicy/authorityRefs"},
 		},
+		// A class or authority no capability or token could match would
+		// silently ask for no approval, or for one nobody can give.
+		"approval class with white space": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{"read "},
+					"timeoutSeconds": 900, "authorityRefs": []any{"role:refund-approver"}}
+			},
+			wantPaths: []string{"/approvalPolicy/requiredFor/0"},
+		},
+		"approval authority with white space": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{"financial-high-impact"},
+					"timeoutSeconds": 900, "authorityRefs": []any{"role:a", " role:b"}}
+			},
+			wantPaths: []string{"/approvalPolicy/authorityRefs/1"},
+		},
+		"approval authority twice": {
+			edit: func(m map[string]any) {
+				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{"financial-high-impact"},
+					"timeoutSeconds": 900, "authorityRefs": []any{"role:a", "role:a"}}
+			},
+			wantPaths: []string{"/approvalPolicy/authorityRefs/1"},
+		},
 		"approval always with no classes accepted": {
 			edit: func(m map[string]any) {
 				m["approvalPolicy"] = map[string]any{"mode": "always", "requiredFor": []any{}, "authorityRefs": []any{}}

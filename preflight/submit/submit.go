@@ -67,8 +67,9 @@ type Options struct {
 	NoDecisionLog bool
 	Observer      Observer
 	// ApprovalsRequested, when set, is called once a recorded preflight's
-	// approvals are pending (the approvals.webhook_url notification).
-	ApprovalsRequested func(ctx context.Context, b *preflight.Binding)
+	// approvals are pending (the approvals.webhook_url notification), with
+	// the time they were recorded as requested at.
+	ApprovalsRequested func(ctx context.Context, b *preflight.Binding, at time.Time)
 	// Recorded, when set, is called with each binding once it is durable
 	// in Store, before the submission is answered (the gate caches it).
 	Recorded func(b *preflight.Binding)
@@ -330,7 +331,7 @@ func (s *Service) decide(ctx context.Context, in *submission, now time.Time, dry
 		s.o.Recorded(&rec.Binding)
 	}
 	if s.o.ApprovalsRequested != nil && rec.Binding.NeedsApproval() {
-		s.o.ApprovalsRequested(ctx, &rec.Binding)
+		s.o.ApprovalsRequested(ctx, &rec.Binding, rec.Time)
 	}
 	return d, nil
 }
