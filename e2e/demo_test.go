@@ -6,10 +6,14 @@ package e2e
 // nothing, so the wrong targets matter as much as the right ones.
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -190,5 +194,49 @@ func TestDemoTargets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDemoInterruptedCleansUp: a demo interrupted while it runs (SIGINT)
+// still removes its temporary data directory, which holds a WAL and the
+// in-process approver's bearer token.
+func TestDemoInterruptedCleansUp(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	cmd := exec.Command(Binary(t), "demo", "contract-refine")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first step's line: the in-process service is up, its directory made.
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.HasPrefix(strings.TrimSpace(sc.Text()), "1.") {
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, out)
+	if err := cmd.Wait(); err == nil {
+		t.Error("an interrupted demo exited 0")
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "autonomy-demo-*"))
+	if err != nil || len(left) != 0 {
+		t.Fatalf("left behind: %v %v", left, err)
+	}
+}
+
+// TestDemoRefusesABadTarget: a --target that is not the base URL of a
+// deployment is refused before any step, naming the flag.
+func TestDemoRefusesABadTarget(t *testing.T) {
+	t.Parallel()
+	for _, target := range []string{"localhost:10000", "127.0.0.1:10000", "ftp://127.0.0.1:1", "http://127.0.0.1:1/?x=1", "http://127.0.0.1:1/#f", "http:///v1"} {
+		res := RunAutonomy(t, "demo", "contract-refine", "--target", target)
+		if res.Code == 0 || !strings.Contains(res.Stderr, "--target") || strings.Contains(res.Stdout, "1.") {
+			t.Errorf("--target %q: exit %d, stdout %q, stderr %q", target, res.Code, res.Stdout, res.Stderr)
+		}
 	}
 }

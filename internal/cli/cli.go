@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -46,13 +49,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var caFile string
 	root := &cobra.Command{
-		Use:               "autonomy",
-		Short:             "ContractRefine: preflight verification and an Envoy ext_authz gate for AI-agent tool calls",
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		PersistentPreRunE: refuseUnsetValues,
+		Use:           "autonomy",
+		Short:         "ContractRefine: preflight verification and an Envoy ext_authz gate for AI-agent tool calls",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := refuseUnsetValues(cmd, args); err != nil {
+				return err
+			}
+			return trustCA(caFile)
+		},
 	}
+	root.PersistentFlags().StringVar(&caFile, "ca-file", "", "PEM file of CA certificates to trust, beside the system's, "+
+		"for https:// URLs of the service (a tls.cert_file from a private CA); SSL_CERT_FILE does the same for the system's")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(stderr), newCheckConfig(stdout), newVersion(stdout), newHealthcheck(stdout),
@@ -116,7 +127,34 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 
 // pathFlags name a file or directory: given as "" (an unset template
 // variable, say) they would silently mean the default one.
-var pathFlags = map[string]bool{"config": true, "data-dir": true, "bundle": true}
+var pathFlags = map[string]bool{"config": true, "data-dir": true, "bundle": true, "ca-file": true}
+
+// trustCA makes the commands that call the service (healthcheck, preflight,
+// audit, approvals, approve, demo) trust the CA certificates in file
+// beside the system's: they all go through http.DefaultTransport. "" keeps
+// the system's alone.
+func trustCA(file string) error {
+	if file == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--ca-file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("--ca-file %s: no PEM certificate in it", file)
+	}
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return errors.New("--ca-file: the HTTP transport is not the standard one")
+	}
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return nil
+}
 
 // refuseUnsetValues refuses, on every command, a path flag given as "" and
 // a duration flag that is not positive (a timeout of 0s fails at once, a

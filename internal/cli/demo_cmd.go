@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"fmt"
 	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -9,6 +14,22 @@ import (
 )
 
 func init() { extraCommands = append(extraCommands, newDemo) }
+
+// checkTarget refuses a --target that is not the base URL of a deployment:
+// an http or https URL with a host, and no query or fragment (the demo
+// appends the API's paths to it).
+func checkTarget(target string) error {
+	if target == "" {
+		return nil
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" ||
+		u.ForceQuery || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("--target %q: want the base URL of a deployment, such as http://localhost:10000 "+
+			"(http or https, a host, no query or fragment)", target)
+	}
+	return nil
+}
 
 func newDemo(stdout, _ io.Writer) *cobra.Command {
 	cmd := groupCommand(&cobra.Command{Use: "demo", Short: "Walk through ContractRefine end to end"})
@@ -19,10 +40,14 @@ func newDemo(stdout, _ io.Writer) *cobra.Command {
 		Short: "Preflight with repair, an allowed tool call, a denied replay, a denied call without a preflight, the audit join",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := demo.Run(cmd.Context(), demo.Options{Target: target, Out: stdout, ApproverToken: approverToken, MCP: overMCP}); err != nil {
+			if err := checkTarget(target); err != nil {
 				return err
 			}
-			return nil
+			// Interrupted, the in-process run still removes its temporary
+			// data directory (its WAL and the approver's token).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
+			defer stop()
+			return demo.Run(ctx, demo.Options{Target: target, Out: stdout, ApproverToken: approverToken, MCP: overMCP})
 		},
 	}
 	cr.Flags().StringVar(&target, "target", "", "base URL of a deployment (e.g. http://localhost:10000); empty runs everything in-process")
