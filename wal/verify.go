@@ -25,6 +25,12 @@ type VerifyReport struct {
 	BadSeq uint64 `json:"bad_seq,omitempty"`
 	// Problem says what is wrong at BadSeq.
 	Problem string `json:"problem,omitempty"`
+	// ChainHeld is set when every frame and the head held and what is
+	// wrong is an index record (a binding record, a consumed marker, an
+	// approval record, an audit index entry) that disagrees with them:
+	// BadSeq then names the frame the record names, not a break in the
+	// chain.
+	ChainHeld bool `json:"chain_held,omitempty"`
 }
 
 // OK reports whether the chain holds and every index record agrees with it.
@@ -159,6 +165,7 @@ func (w *chainWalk) indexes(ctx context.Context) error {
 		rep.BadSeq, rep.Problem = min(head.Seq, w.prev.Seq)+1, fmt.Sprintf("head records seq %d but the log ends at %d", head.Seq, w.prev.Seq)
 		return nil
 	}
+	defer func() { rep.ChainHeld = !rep.OK() }()
 	if all, err := allMatched(ctx, tx.btx.Bucket(bucketPreflights), w.bindingsOK); err != nil {
 		return err
 	} else if !all {

@@ -40,8 +40,9 @@ func TestVerifyCatchesEditedBindingRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.OK() || rep.BadSeq != f.Seq {
-				t.Fatalf("verify after editing the record = %+v, want bad seq %d", rep, f.Seq)
+			// The frames held: the record is what disagrees with them.
+			if rep.OK() || rep.BadSeq != f.Seq || !rep.ChainHeld {
+				t.Fatalf("verify after editing the record = %+v, want bad seq %d, the chain held", rep, f.Seq)
 			}
 		})
 	}

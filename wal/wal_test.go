@@ -290,8 +290,8 @@ func TestVerifyNamesFirstTamperedSeq(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.OK() || rep.BadSeq != 3 {
-		t.Fatalf("verify after tamper = %+v, want bad seq 3", rep)
+	if rep.OK() || rep.BadSeq != 3 || rep.ChainHeld {
+		t.Fatalf("verify after tamper = %+v, want bad seq 3, the chain broken", rep)
 	}
 }
 

@@ -251,7 +251,13 @@ func newWAL(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !rep.OK() {
+			switch {
+			case rep.OK():
+			case rep.ChainHeld:
+				fmt.Fprintf(stdout, "wal verify: FAILED at seq %d: %s (the hash chain of its %d frames holds; an index record disagrees with it)\n",
+					rep.BadSeq, rep.Problem, rep.Frames)
+				return exitError{code: 1}
+			default:
 				fmt.Fprintf(stdout, "wal verify: FAILED at seq %d: %s (%d frames good before it)\n", rep.BadSeq, rep.Problem, rep.Frames)
 				return exitError{code: 1}
 			}

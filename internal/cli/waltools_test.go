@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/contractrefine/autonomy/internal/server"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -228,5 +230,29 @@ func TestGroupCommandsRefuseTypos(t *testing.T) {
 		if code, _, errs := runCLI(t, args...); code == 0 || !strings.Contains(errs, "autonomy") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
 		}
+	}
+}
+
+// TestWALVerifyNamesARecordThatDisagrees: a binding record edited in a log
+// whose frames all hold is reported as a record that disagrees with the
+// chain, not as a break after the frames before it.
+func TestWALVerifyNamesARecordThatDisagrees(t *testing.T) {
+	dir := writeToolsWAL(t)
+	bdb, err := bolt.Open(filepath.Join(dir, wal.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("preflights"))
+		k := []byte("pf_new_preflight_0001")
+		return b.Put(k, bytes.Replace(bytes.Clone(b.Get(k)), []byte("pass"), []byte("deny"), 1))
+	})
+	bdb.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "wal", "verify", "--data-dir", dir)
+	if code != 1 || !strings.Contains(out, "FAILED at seq 4:") || !strings.Contains(out, "the hash chain of its 6 frames holds; an index record disagrees with it") {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
 }
