@@ -21,10 +21,12 @@ const (
 	maxAnswerKey = 2048
 )
 
-// answer is one evaluation's result: allowed, or the deny reason.
+// answer is one evaluation's result: allowed, or the deny reason; settled
+// when no part of it failed (allowWith), and only then kept.
 type answer struct {
 	allowed bool
 	reason  string
+	settled bool
 }
 
 // clockOrWorld names the builtins whose result depends on something other
@@ -44,8 +46,10 @@ var clockOrWorld = map[string]bool{
 // pure reports whether the answers of c's policy depend only on its input
 // and data: every function it calls is either its own (a data. reference,
 // whose body is walked too) or a builtin OPA knows that reads no clock, no
-// randomness and nothing outside the evaluation. A builtin it does not
-// know, which a later OPA or a custom build might add, makes it impure.
+// randomness and nothing outside the evaluation, and no such builtin is
+// named anywhere else (as the value of a with, which calls it in the
+// place of the function it mocks). A builtin it does not know, which a
+// later OPA or a custom build might add, makes it impure.
 func pure(c *ast.Compiler) bool {
 	ok := true
 	called := func(op ast.Ref) {
@@ -75,6 +79,12 @@ func pure(c *ast.Compiler) bool {
 		case ast.Call:
 			if op, isRef := x[0].Value.(ast.Ref); isRef {
 				called(op)
+			}
+		case ast.Ref:
+			// A builtin named anywhere, not only called: the value of a
+			// with (f with f as time.now_ns) calls it all the same.
+			if b, known := ast.BuiltinMap[x.String()]; known && (b.Nondeterministic || clockOrWorld[x.String()]) {
+				ok = false
 			}
 		}
 		return !ok
@@ -108,4 +118,13 @@ func newAnswers(c *ast.Compiler, reads inputReads) *lru.Cache[string, answer] {
 func answerKey(input ast.Value) (key string, ok bool) {
 	key = input.String()
 	return key, len(key) <= maxAnswerKey
+}
+
+// ForgetAnswers drops the answers kept so far: a reload that finds the
+// bundle unchanged keeps this Bundle, and an operator who reloads expects
+// every answer evaluated afresh.
+func (b *Bundle) ForgetAnswers() {
+	if b.answers != nil {
+		b.answers.Purge()
+	}
 }

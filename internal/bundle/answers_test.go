@@ -35,6 +35,12 @@ func TestAnswersKeptOnlyForPurePolicies(t *testing.T) {
 		"clock":             {`allow if time.now_ns() > 0`, `x := 1`, false},
 		"clock in a helper": {`allow if data.helpers.late`, `late if time.now_ns() > 0`, false},
 		"clock mocked":      {`allow if { data.helpers.x with time.now_ns as 1 }`, `x := 1`, false},
+		// The mock calls the builtin in the place of the function.
+		"clock as a mock": {`allow if { [ok, _, _] := data.helpers.v(input.actor.token, {"secret": "s"}) with data.helpers.v as io.jwt.decode_verify; ok }`,
+			`v(t, k) := [true, {}, {}] if t != k`, false},
+		"network as a mock": {`allow if { data.helpers.get({"method": "GET", "url": "http://127.0.0.1:1"}).status_code == 200 with data.helpers.get as http.send }`,
+			`get(r) := {"status_code": 200} if r.method == "GET"`, false},
+		"random as a mock":  {`allow if { lower("k") == "k" with lower as uuid.rfc4122 }`, `x := 1`, false},
 		"random":            {`allow if rand.intn("k", 10) < 5`, `x := 1`, false},
 		"network":           {`allow if http.send({"method": "GET", "url": "http://127.0.0.1:1"}).status_code == 200`, `x := 1`, false},
 		"runtime":           {`allow if opa.runtime().env.X == "1"`, `x := 1`, false},
@@ -111,5 +117,33 @@ deny_reason := "not_a" if input.action.kind != "tool.a"`, `x := 1`)
 	}
 	if got := b.AnswersKept(); got != 4 {
 		t.Errorf("%d answers kept after a big input, want 4", got)
+	}
+}
+
+// TestAnswersNotKeptWhenTheReasonFails: a deny whose deny_reason fails is
+// answered "policy: denied" but not kept, so a later evaluation that names
+// the reason is not shadowed; ForgetAnswers drops what was kept.
+func TestAnswersNotKeptWhenTheReasonFails(t *testing.T) {
+	b := policyBundle(t, `
+allow if input.action.kind == "tool.a"
+deny_reason := sprintf("%d", [10 / input.action.args.n])`, `x := 1`)
+	ctx := context.Background()
+	for range 2 {
+		if allowed, reason, err := b.AllowValue(ctx, input("tool.b", map[string]any{"n": 0})); allowed || reason != "policy: denied" || err != nil {
+			t.Fatalf("deny whose reason fails: %v %q %v", allowed, reason, err)
+		}
+	}
+	if got := b.AnswersKept(); got != 0 {
+		t.Fatalf("%d answers kept, want none: the reason failed", got)
+	}
+	if _, reason, _ := b.AllowValue(ctx, input("tool.b", map[string]any{"n": 5})); reason != "policy: 2" {
+		t.Fatalf("reason %q, want policy: 2", reason)
+	}
+	if got := b.AnswersKept(); got != 1 {
+		t.Fatalf("%d answers kept, want 1", got)
+	}
+	b.ForgetAnswers()
+	if got := b.AnswersKept(); got != 0 {
+		t.Fatalf("%d answers kept after ForgetAnswers, want none", got)
 	}
 }

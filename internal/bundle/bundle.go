@@ -546,10 +546,14 @@ var reasonRE = regexp.MustCompile(`[^a-z0-9_]+`)
 // folded into the reason shape: lower case, runs of anything but [a-z0-9_]
 // become "_".
 func (b *Bundle) Allow(ctx context.Context, input map[string]any) (bool, string, error) {
-	return b.allowWith(ctx, rego.EvalInput(input))
+	a, err := b.allowWith(ctx, rego.EvalInput(input))
+	return a.allowed, a.reason, err
 }
 
-func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, string, error) {
+// allowWith evaluates the policy on input. The answer is settled when
+// nothing in it failed: a deny whose deny_reason failed or timed out is
+// answered "policy: denied" but not settled, so it is not kept (answers.go).
+func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	// OPA would start a goroutine per evaluation to watch ctx and cancel
@@ -565,24 +569,25 @@ func (b *Bundle) allowWith(ctx context.Context, input rego.EvalOption) (bool, st
 		if cerr := ctx.Err(); cerr != nil && !strings.Contains(err.Error(), cerr.Error()) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return false, "", fmt.Errorf("bundle: evaluate data.autonomy.allow: %w", err)
+		return answer{}, fmt.Errorf("bundle: evaluate data.autonomy.allow: %w", err)
 	}
 	if len(rs) > 0 && len(rs[0].Expressions) > 0 {
 		allowed, ok := rs[0].Expressions[0].Value.(bool)
 		if !ok {
-			return false, "", ErrNotBoolean
+			return answer{}, ErrNotBoolean
 		}
 		if allowed {
-			return true, "", nil
+			return answer{allowed: true, settled: true}, nil
 		}
 	}
 	sub := ""
-	if rs, err := b.denyReason.Eval(ctx, input, rego.EvalExternalCancel(halt)); err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
+	rs, err = b.denyReason.Eval(ctx, input, rego.EvalExternalCancel(halt))
+	if err == nil && len(rs) > 0 && len(rs[0].Expressions) > 0 {
 		if s, ok := rs[0].Expressions[0].Value.(string); ok {
 			sub = strings.Trim(reasonRE.ReplaceAllString(strings.ToLower(s), "_"), "_")
 		}
 	}
-	return false, preflight.PolicyReason(sub), nil
+	return answer{reason: preflight.PolicyReason(sub), settled: err == nil}, nil
 }
 
 // maxProbeKinds bounds how many capabilities Decides probes, so that a

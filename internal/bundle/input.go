@@ -69,18 +69,17 @@ func (b *Bundle) ReadsInput(key string) bool { return b.reads.all || b.reads.key
 // A pure policy's answer for an input it answered before is the one it gave
 // then (answers.go); errors are never kept.
 func (b *Bundle) AllowValue(ctx context.Context, input ast.Value) (bool, string, error) {
-	if b.answers == nil {
-		return b.allowWith(ctx, rego.EvalParsedInput(input))
-	}
-	key, keep := answerKey(input)
-	if keep {
-		if a, ok := b.answers.Get(key); ok {
-			return a.allowed, a.reason, nil
+	key, keep := "", false
+	if b.answers != nil {
+		if key, keep = answerKey(input); keep {
+			if a, ok := b.answers.Get(key); ok {
+				return a.allowed, a.reason, nil
+			}
 		}
 	}
-	allowed, reason, err := b.allowWith(ctx, rego.EvalParsedInput(input))
-	if err == nil && keep {
-		b.answers.Add(key, answer{allowed: allowed, reason: reason})
+	a, err := b.allowWith(ctx, rego.EvalParsedInput(input))
+	if err == nil && keep && a.settled {
+		b.answers.Add(key, a)
 	}
-	return allowed, reason, err
+	return a.allowed, a.reason, err
 }

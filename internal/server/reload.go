@@ -34,6 +34,7 @@ func (s *Server) Reload(ctx context.Context, trigger string) error {
 		return err
 	}
 	if b.Revision() == old.Revision() {
+		old.ForgetAnswers()
 		s.obs.metrics.BundleReload(metrics.ReloadUnchanged)
 		s.log.InfoContext(ctx, "bundle unchanged", "trigger", trigger, "bundle", b.Source(),
 			"bundle_revision", b.Revision(), "old_bundle_revision", old.Revision())
