@@ -56,6 +56,10 @@ func writeTime(w *canon.Writer, t time.Time) {
 // preflight submitted through the API, what SubmitAttrs adds.
 type PreflightAttrs struct {
 	ActorID string `json:"actor_id"`
+	// ActorRef is the envelope's actor.idRef when it names another actor
+	// than ActorID (PreflightRecord.ActorRef): the approvals of the steps
+	// carry it, and verification compares them with it.
+	ActorRef string `json:"actor_ref,omitempty"`
 	// Decision is the decision JSON exactly as returned, canonical; null
 	// when the record had none.
 	Decision  json.RawMessage       `json:"decision"`
@@ -90,7 +94,7 @@ type SubmitAttrs struct {
 }
 
 func (a *PreflightAttrs) sizeHint() int {
-	n := 256 + len(a.ActorID) + len(a.Decision) + len(a.PreflightID) + len(a.Tenant)
+	n := 256 + len(a.ActorID) + len(a.ActorRef) + len(a.Decision) + len(a.PreflightID) + len(a.Tenant)
 	for i := range a.Steps {
 		n += 128 + len(a.Steps[i].ID) + len(a.Steps[i].Kind) + len(a.Steps[i].ArgsDigest)
 	}
@@ -110,6 +114,10 @@ func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
 	w.Open()
 	w.Name("actor_id")
 	w.String(a.ActorID)
+	if a.ActorRef != "" {
+		w.Name("actor_ref")
+		w.String(a.ActorRef)
+	}
 	if sub {
 		w.Name("attempt")
 		w.Value(s.Attempt)

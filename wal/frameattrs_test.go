@@ -31,7 +31,7 @@ func attrsCases(s1, s2 string, n int, flag bool) map[string]typedAttrs {
 	}
 	decision, _ := canon.Marshal(map[string]any{"outcome": s1, "reason": s2, "attempt": n, "ok": flag})
 	pf := &PreflightAttrs{ActorID: s1, Decision: decision, ExpiresAt: at, Outcome: preflight.Outcome(s2), Steps: steps,
-		OutputMaxBytes: new(int64(n)), PreflightID: s1, Tenant: opt(s2)}
+		OutputMaxBytes: new(int64(n)), PreflightID: s1, Tenant: opt(s2), ActorRef: opt(s2 + s1)}
 	submitted := *pf
 	submitted.SubmitAttrs = &SubmitAttrs{Attempt: n, BundleRevision: s2, DryRun: flag, IntentSummary: s1, PlanHash: opt(s1),
 		Reason: s2, RequestDigest: "sha256:" + s2, SessionID: opt(s2), SessionKey: opt(s1 + s2)}

@@ -19,9 +19,12 @@ import (
 // (audit_id 0x00 seq) under one audit id, so all three land in one leaf of
 // one tree, where the consumed bucket of formats 1 and 2 cost a leaf and
 // the branches above it of a tree of their own in every consume's commit
-// (docs/PERFORMANCE.md, "Commit pages"). Audit ids hold neither 0x00 nor
-// 0x01 (internal/ids), so the first of the two in a key says which kind of
-// key it is. A log of format 1 or 2 keeps its markers in the consumed
+// (docs/PERFORMANCE.md, "Commit pages"). An entry's value is empty and a
+// marker's never is (its JSON), which tells them apart whatever bytes an
+// audit id holds: a log written before audit ids were refused a 0x00 or
+// 0x01 byte may hold entries whose audit id does. A marker's audit id is
+// its preflight's, which the service makes (internal/ids), so the first
+// 0x01 in its key ends it. A log of format 1 or 2 keeps its markers in the consumed
 // bucket (key preflight_id 0x00 step); a writable Open moves them here and
 // deletes that bucket, so a log has the bucket exactly while it is of
 // format 1 or 2, and every reader asks the bucket (legacyMarkers).
@@ -55,11 +58,9 @@ func splitMarkerKey(k []byte) (auditID, preflightID string, step int, ok bool) {
 	return string(k[:i]), preflightID, step, true
 }
 
-// isMarkerKey reports whether an audit index key is a marker's.
-func isMarkerKey(k []byte) bool {
-	i := bytes.IndexAny(k, "\x00\x01")
-	return i >= 0 && k[i] == 1
-}
+// isMarker reports whether an audit index value is a marker's: an index
+// entry's is empty.
+func isMarker(v []byte) bool { return len(v) > 0 }
 
 // marker reads the marker of step of preflightID (audit id auditID), nil
 // when there is none.
@@ -122,7 +123,7 @@ func (tx *Tx) eachMarker(ctx context.Context, fn func(key []byte, auditID, prefl
 		)
 		if legacy != nil {
 			preflightID, step, ok = splitConsumedKey(k)
-		} else if !isMarkerKey(k) {
+		} else if !isMarker(v) {
 			continue
 		} else {
 			auditID, preflightID, step, ok = splitMarkerKey(k)

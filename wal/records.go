@@ -86,7 +86,7 @@ func (rec *PreflightRecord) attrs() *PreflightAttrs {
 	// The decision is canonical JSON already (see Decision), so it goes in
 	// as it is: parsing it only to write the same bytes again was the
 	// costliest step of recording a preflight (docs/PERFORMANCE.md).
-	return &PreflightAttrs{ActorID: b.ActorID, Decision: rec.Decision, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
+	return &PreflightAttrs{ActorID: b.ActorID, ActorRef: rec.ActorRef, Decision: rec.Decision, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
 		Steps: b.Steps, OutputMaxBytes: recordedLimit(rec.OutputMaxBytes), PreflightID: b.PreflightID, Tenant: b.Tenant,
 		SubmitAttrs: rec.Submit}
 }

@@ -249,11 +249,11 @@ func (tx *Tx) bindingAgrees(f Frame) bool {
 func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyReport) error {
 	entries, extra := 0, false
 	c := tx.btx.Bucket(bucketAudit).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if isMarkerKey(k) {
+		if isMarker(v) {
 			continue // verifyMarkers checks those
 		}
 		if n := len(k) - 9; n < 1 || k[n] != 0 {
@@ -268,11 +268,11 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 	if !extra {
 		return nil
 	}
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if isMarkerKey(k) {
+		if isMarker(v) {
 			continue
 		}
 		n := len(k) - 9
@@ -342,7 +342,7 @@ func (tx *Tx) checkConsumedFrame(f Frame) (problem string, matched bool) {
 		switch {
 		case v == nil:
 			problem = fmt.Sprintf("step %s of %s was consumed (this frame) but has no consumed marker: it could be consumed again", a.StepID, a.PreflightID)
-		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || !a.names(&m):
+		case json.Unmarshal(v, &m) != nil || m.Seq != f.Seq || m.At != f.Timestamp || !a.names(&m):
 			problem = fmt.Sprintf("the consumed marker of step %s of %s differs from this frame", a.StepID, a.PreflightID)
 		default:
 			return "", true
@@ -369,7 +369,7 @@ func (tx *Tx) verifyMarkers(ctx context.Context, rep *VerifyReport) error {
 			return bad("names no frame in the log")
 		}
 		a, err := f.Consumed()
-		if err != nil || a.PreflightID != id || !a.names(&m) || (auditID != "" && f.AuditID != auditID) {
+		if err != nil || a.PreflightID != id || m.At != f.Timestamp || !a.names(&m) || (auditID != "" && f.AuditID != auditID) {
 			return bad("differs from the frame it names")
 		}
 		b, err := tx.binding(id)

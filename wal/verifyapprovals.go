@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // An approval record is what lets a step that waits for a person run, so
@@ -90,6 +91,17 @@ func (tx *Tx) approvalProblem(a *Approval) string {
 		!a.ExpiresAt.Equal(s.Approval.ExpiresAt) {
 		return "differs from the step its binding records"
 	}
+	// The preflight frame states when the approval was asked for and, in
+	// frames written since it records it, the envelope's actor who may not
+	// approve it (separation of duties).
+	seq, _ := indexSeq(tx.btx.Bucket(bucketPreflights).Get([]byte(a.PreflightID)))
+	pa, pf, err := tx.preflightFrame(seq)
+	if err != nil {
+		return "its preflight frame cannot be read: " + err.Error()
+	}
+	if !sameTime(pf.Timestamp, a.RequestedAt) || (pa.ActorRef != "" && pa.ActorRef != a.ActorRef) {
+		return "differs from its autonomy.preflight frame"
+	}
 	switch a.State {
 	case ApprovalPending:
 		if a.Decided != nil {
@@ -112,8 +124,15 @@ func (tx *Tx) approvalProblem(a *Approval) string {
 	fa, err := f.Approval()
 	if err != nil || f.Kind != KindApproval || f.AuditID != a.AuditID || fa.PreflightID != a.PreflightID ||
 		fa.StepID != a.StepID || fa.Decision != d.Decision || fa.ArgsDigest != a.ArgsDigest ||
-		fa.ToolKind != a.ToolKind || fa.Approver != d.Approver || !slices.Equal(fa.Roles, d.Roles) {
+		fa.ToolKind != a.ToolKind || fa.Approver != d.Approver || !slices.Equal(fa.Roles, d.Roles) ||
+		fa.Comment != d.Comment || fa.Subject != d.Subject || !sameTime(f.Timestamp, d.DecidedAt) {
 		return "differs from the autonomy.approval frame it names"
 	}
 	return ""
+}
+
+// sameTime reports whether a frame's timestamp is the instant t.
+func sameTime(timestamp string, t time.Time) bool {
+	ft, err := time.Parse(TimestampFormat, timestamp)
+	return err == nil && ft.Equal(t)
 }

@@ -27,12 +27,14 @@ func TestVerifyChecksApprovals(t *testing.T) {
 		for i := range b.Steps {
 			b.Steps[i].Approval = &preflight.StepApproval{Authorities: []string{"role:approver"}, ExpiresAt: t0.Add(time.Hour)}
 		}
-		if _, err := db.RecordPreflight(ctx, PreflightRecord{Binding: b, Decision: json.RawMessage(`{}`), Time: t0}); err != nil {
+		if _, err := db.RecordPreflight(ctx, PreflightRecord{Binding: b, Decision: json.RawMessage(`{}`), Time: t0,
+			ActorRef: "user:envelope-actor"}); err != nil {
 			t.Fatal(err)
 		}
 		for step, decision := range map[string]string{b.Steps[1].ID: DecisionApprove, b.Steps[2].ID: DecisionReject} {
 			in := ApprovalInput{PreflightID: pf, StepID: step, ApprovalDecision: ApprovalDecision{Decision: decision,
-				Approver: "alice", Roles: []string{"role:approver"}, DecidedAt: t0.Add(time.Minute)}}
+				Approver: "alice", Roles: []string{"role:approver"}, Subject: "user:alice", Comment: "checked",
+				DecidedAt: t0.Add(time.Minute)}}
 			if _, err := db.DecideApproval(ctx, in); err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +54,17 @@ func TestVerifyChecksApprovals(t *testing.T) {
 				return err
 			}
 			change(&a)
+			v, _ := json.Marshal(&a)
+			return b.Put(k, v)
+		}
+	}
+	decided := func(k []byte, change func(d *ApprovalDecision)) func(b *bolt.Bucket) error {
+		return func(b *bolt.Bucket) error {
+			var a Approval
+			if err := json.Unmarshal(b.Get(k), &a); err != nil {
+				return err
+			}
+			change(a.Decided)
 			v, _ := json.Marshal(&a)
 			return b.Put(k, v)
 		}
@@ -94,6 +107,12 @@ func TestVerifyChecksApprovals(t *testing.T) {
 		"expiry a year later":     edit(func(a *Approval) { a.ExpiresAt = a.ExpiresAt.AddDate(1, 0, 0) }),
 		"other args":              edit(func(a *Approval) { a.ArgsDigest = "sha256:" + a.ArgsDigest[7:9] + a.ArgsDigest[9:] + "0" }),
 		"unknown state":           edit(func(a *Approval) { a.State = "granted" }),
+		// The envelope's actor may not approve its own step.
+		"envelope actor removed":  edit(func(a *Approval) { a.ActorRef = "" }),
+		"asked for later":         edit(func(a *Approval) { a.RequestedAt = a.RequestedAt.Add(time.Hour) }),
+		"approval comment forged": decided(approved, func(d *ApprovalDecision) { d.Comment = "fine by me" }),
+		"approver subject forged": decided(approved, func(d *ApprovalDecision) { d.Subject = "user:mallory" }),
+		"decided at another time": decided(approved, func(d *ApprovalDecision) { d.DecidedAt = d.DecidedAt.Add(-time.Hour) }),
 	} {
 		t.Run(name, func(t *testing.T) {
 			db := setup(t)

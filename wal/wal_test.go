@@ -502,6 +502,9 @@ func TestVerifyChecksConsumedMarkers(t *testing.T) {
 		"marker names other args": func(b *bolt.Bucket, k []byte) error {
 			return b.Put(k, bytes.Replace(b.Get(k), []byte("sha256:aaaa"), []byte("sha256:bbbb"), 1))
 		},
+		"marker at another time": func(b *bolt.Bucket, k []byte) error {
+			return b.Put(k, bytes.Replace(b.Get(k), []byte(`"at":"2026`), []byte(`"at":"2025`), 1))
+		},
 		"marker names no args": func(b *bolt.Bucket, k []byte) error {
 			return b.Put(k, bytes.Replace(b.Get(k), []byte(`,"args_digest":"sha256:aaaa"`), nil, 1))
 		},

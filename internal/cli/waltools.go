@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,13 @@ func openWALFor(cmd *cobra.Command, file, dataDir string, readOnly bool) (*wal.D
 	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
 		return nil, fmt.Errorf("no write-ahead log in %s: %w", dir, err)
 	}
-	return wal.Open(dir, &wal.Options{OpenTimeout: 2 * time.Second, ReadOnly: readOnly})
+	o := &wal.Options{OpenTimeout: 2 * time.Second, ReadOnly: readOnly}
+	if !readOnly {
+		// A writable open may upgrade the log's format, which an older
+		// binary then refuses: it says so, as serve does.
+		o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	}
+	return wal.Open(dir, o)
 }
 
 func newWALCompact(stdout io.Writer, file, dataDir *string) *cobra.Command {

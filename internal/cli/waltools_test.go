@@ -256,3 +256,24 @@ func TestWALVerifyNamesARecordThatDisagrees(t *testing.T) {
 		t.Fatalf("exit %d: %s %s", code, out, errs)
 	}
 }
+
+// TestWALCompactSaysItUpgraded: compact opens the log for writing, which
+// upgrades an older format; it says so on stderr, as serve logs it, since
+// an older binary then refuses the file.
+func TestWALCompactSaysItUpgraded(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "wal", "testdata", "v1-9a65390.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, wal.FileName), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, "wal", "compact", "--data-dir", dir, "--retention", "720h")
+	if code != 0 || !strings.Contains(errs, "wal format upgraded") {
+		t.Fatalf("exit %d, stderr %q; want the upgrade said", code, errs)
+	}
+	if code, _, errs = runCLI(t, "wal", "compact", "--data-dir", dir, "--retention", "720h"); code != 0 || strings.Contains(errs, "upgraded") {
+		t.Fatalf("second compact: exit %d, stderr %q; want no upgrade", code, errs)
+	}
+}
