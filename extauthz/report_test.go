@@ -66,3 +66,26 @@ func TestReportOncePerCall(t *testing.T) {
 		}
 	}
 }
+
+// TestReportOfABodylessCall: a call checked without a body (its kind from
+// gate.kind_header, as nginx and Caddy check it) has no args digest in its
+// decision, so its runtime's report is judged with the args it names,
+// which the gate never saw, rather than refused for not being {}.
+func TestReportOfABodylessCall(t *testing.T) {
+	e := newOutcomeEnv(t, binding.ModeEnforce, extauthz.ProcessorOptions{},
+		func(o *binding.Options) { o.KindHeader = "x-autonomy-tool-kind" })
+	d := e.gate.Check(context.Background(), &binding.Request{Method: "POST", Path: "/v1/tool",
+		Headers: map[string]string{"x-autonomy-tool-kind": "ledger.soft", binding.HeaderRequestID: "rq-nobody"}})
+	if !d.Allowed {
+		t.Fatalf("body-less check: %+v", d)
+	}
+	v, err := e.gate.Report(context.Background(), &binding.Report{AuditID: d.AuditID, RequestID: "rq-nobody",
+		Request: []byte(`{"args":{"amount":25,"balance":100},"kind":"ledger.soft"}`), Status: 200,
+		Result: []byte(`{"balance":75}`), Reporter: "rt", AllTenants: true})
+	if err != nil || !v.Judged {
+		t.Fatalf("report: %+v, %v", v, err)
+	}
+	if got := e.outcomes(t, d.AuditID); len(got) != 1 || got[0].Outcome != "ok" {
+		t.Fatalf("outcome frames %+v, want one ok", got)
+	}
+}
