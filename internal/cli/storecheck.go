@@ -19,7 +19,7 @@ func init() {
 }
 
 func newWALCheckStore(stdout io.Writer, file, dataDir *string) *cobra.Command {
-	var endpoints, replica string
+	var endpoints, replica, prefix string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "check-store",
@@ -34,8 +34,8 @@ replica's data directory, or a copy of it, while the others serve):
   frames of the WAL younger than store.etcd.record_ttl whose state etcd
   lacks: no copy, no binding, no marker of the consuming request.
 
-The etcd settings come from --config (store.etcd.*); --etcd-endpoints and
---replica-id override them. The replica is --replica-id, else replica_id
+The etcd settings come from --config (store.etcd.*); --etcd-endpoints,
+--prefix and --replica-id override them. The replica is --replica-id, else replica_id
 from --config, else the one the WAL's newest frame names, else the host
 name; one that is not the WAL's is refused. Every etcd read is made at one
 revision.`,
@@ -49,6 +49,12 @@ revision.`,
 				if cfg.Store.Etcd.Endpoints, err = config.ParseEndpoints(endpoints); err != nil {
 					return fmt.Errorf("--etcd-endpoints: %w", err)
 				}
+			}
+			if cmd.Flags().Changed("prefix") {
+				if err := config.CheckPrefix(prefix); err != nil {
+					return fmt.Errorf("--prefix: %w", err)
+				}
+				cfg.Store.Etcd.Prefix = prefix
 			}
 			if len(cfg.Store.Etcd.Endpoints) == 0 {
 				return fmt.Errorf("no etcd endpoints: give --etcd-endpoints or store.etcd.endpoints in --config")
@@ -106,6 +112,7 @@ revision.`,
 		},
 	}
 	cmd.Flags().StringVar(&endpoints, "etcd-endpoints", "", "etcd endpoints URL[,URL...] (default: store.etcd.endpoints from --config)")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "the replicas' etcd key prefix (default: store.etcd.prefix from --config, else "+config.DefaultEtcdPrefix+")")
 	cmd.Flags().StringVar(&replica, "replica-id", "", "the replica whose WAL this is (default: replica_id from --config, else the one its newest frame names, else the host name)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
@@ -115,6 +122,10 @@ func printCheckStore(w io.Writer, rep *etcdstore.CheckReport) error {
 	fmt.Fprintf(w, "wal check-store: replica %s, prefix %s, etcd revision %d\n", display.Text(rep.Replica), display.Text(rep.Prefix), rep.Revision)
 	fmt.Fprintf(w, "  WAL: %d frames since %s; etcd: %d frame copies, %d bindings, %d consumed markers of this replica\n",
 		rep.Frames, rep.Since.Format(time.RFC3339), rep.Copies, rep.Bindings, rep.Markers)
+	if rep.Frames > 0 && rep.Copies == 0 && rep.Bindings == 0 && rep.Markers == 0 {
+		fmt.Fprintf(w, "  etcd holds nothing of replica %s under %s: if the replica ran, its prefix is another (--prefix, store.etcd.prefix) or it is another replica (--replica-id)\n",
+			display.Text(rep.Replica), display.Text(rep.Prefix))
+	}
 	if rep.Pending > 0 {
 		fmt.Fprintf(w, "  %d frame copies past the log's head, left by a kill during a commit: the replica takes them up or deletes them when it opens\n", rep.Pending)
 	}

@@ -85,6 +85,16 @@ func TestWALCheckStore(t *testing.T) {
 		t.Fatalf("table output: exit %d\n%s", code, out)
 	}
 
+	// Under another prefix etcd holds nothing of the replica: every frame
+	// is found wanting, and the table says what to look at.
+	if code, out, _ := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--replica-id", "replica-a",
+		"--prefix", "/elsewhere/"); code != 1 || !strings.Contains(out, "etcd holds nothing of replica replica-a under /elsewhere/") {
+		t.Fatalf("check-store under another prefix: exit %d\n%s", code, out)
+	}
+	if code, _, errs := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--prefix", "/no-slash"); code == 0 || !strings.Contains(errs, "--prefix: must be") {
+		t.Fatalf("check-store with a prefix not ending in /: exit %d\n%s", code, errs)
+	}
+
 	// Without --replica-id the log's frames name the replica; a name that
 	// is not theirs is refused rather than checked against nothing.
 	code, out, errs := runCLI(t, "wal", "check-store", "--data-dir", dirA, "--etcd-endpoints", c.Endpoints()[0], "--json")

@@ -132,6 +132,15 @@ func CheckReplicaID(v string) error {
 	return nil
 }
 
+// CheckPrefix refuses an etcd key prefix that is empty, holds a control
+// character or does not end in "/".
+func CheckPrefix(p string) error {
+	if p == "" || strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == 0x7f }) || !strings.HasSuffix(p, "/") {
+		return fmt.Errorf("must be non-empty text without control characters, ending in \"/\", got %q", p)
+	}
+	return nil
+}
+
 // ParseEndpoints splits --etcd-endpoints (URL[,URL…]) and checks each.
 func ParseEndpoints(v string) ([]string, error) {
 	var out []string
@@ -209,9 +218,8 @@ func (c *Config) validateStore(bad badKey) {
 	// The store's keys follow the prefix directly (<prefix>b/<id>): without
 	// a closing "/", a prefix such as /foo would share its key space with a
 	// deployment on /foob/.
-	if s.Etcd.Prefix == "" || strings.ContainsFunc(s.Etcd.Prefix, func(r rune) bool { return r < ' ' || r == 0x7f }) ||
-		!strings.HasSuffix(s.Etcd.Prefix, "/") {
-		bad("store.etcd.prefix", "must be non-empty text without control characters, ending in \"/\", got %q", s.Etcd.Prefix)
+	if err := CheckPrefix(s.Etcd.Prefix); err != nil {
+		bad("store.etcd.prefix", "%v", err)
 	}
 	// Under a few milliseconds no etcd request can answer: the replica
 	// would never be ready.
