@@ -258,13 +258,21 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 }
 
 // TestReplicaStartedWithEtcdDown: a replica started while etcd is down
-// listens, is unready with etcd named as the reason (not its log, which
-// waits for etcd to settle what a crash may have left), and serves once
-// etcd is up.
+// listens at once, before it has heard from etcd (a liveness probe's
+// /healthz must not wait on etcd's request timeouts), is unready with etcd
+// named as the reason (not its log, which waits for etcd to settle what a
+// crash may have left), and serves once etcd is up.
 func TestReplicaStartedWithEtcdDown(t *testing.T) {
 	c := etcdtest.StartT(t, etcdtest.Options{})
 	c.Members[0].Stop()
 	r := startReplicas(t, c.Endpoints(), 1)[0]
+	if status, _ := getBody(t, r.URL("/healthz")); status != http.StatusOK {
+		t.Fatalf("/healthz of a replica started with etcd down: %d, want 200", status)
+	}
+	logs := r.Logs()
+	if li, ei := strings.Index(logs, `"msg":"listening"`), strings.Index(logs, `"msg":"etcd unavailable`); li < 0 || (ei >= 0 && ei < li) {
+		t.Fatalf("the replica heard etcd was down (at %d) before it listened (at %d):\n%s", ei, li, logs)
+	}
 	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"reason":"etcd: `) {
 		t.Fatalf("/readyz of a replica started with etcd down: %d %s, want 503 naming etcd", status, body)
 	}

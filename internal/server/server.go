@@ -585,7 +585,15 @@ func (s *Server) Run(ctx context.Context) error {
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
 	}
-	s.probe(ctx)
+	if s.etcd != nil {
+		// etcd may take the request timeout to answer, or not answer:
+		// the listeners, /healthz among them, answer meanwhile, unready
+		// until the first probe hears from it.
+		s.ready.Store(false)
+		go s.probe(ctx)
+	} else {
+		s.probe(ctx)
+	}
 	stopBackground := s.startBackground(ctx)
 	stopCompaction := s.startCompaction(ctx)
 	errc := make(chan error, len(servers)+1)

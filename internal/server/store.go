@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
@@ -39,7 +38,9 @@ func walReplica(cfg *config.Config) string {
 }
 
 // openShared opens the etcd store over the WAL. It does not wait for etcd:
-// until etcd answers, the replica is unready and denies (503).
+// the server listens at once, and is unready until its first probe hears
+// from etcd (Run); a call meanwhile is decided if etcd answers it, else
+// refused with 503.
 func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, error) {
 	e := &s.cfg.Store.Etcd
 	tc, err := s.cfg.Store.Etcd.TLS.ClientConfig()
@@ -51,11 +52,6 @@ func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, 
 		Replica: s.cfg.Replica(), Log: db, Logger: s.log, OnAvailable: s.obs.metrics.StoreAvailable, Now: s.now})
 	if err != nil {
 		return nil, err
-	}
-	// A replica_id another process holds is logged by the store itself:
-	// etcd answered.
-	if err := es.Probe(ctx); err != nil && !errors.Is(err, etcdstore.ErrDuplicateReplica) {
-		s.log.Error("etcd does not answer yet; unready until it does", "endpoints", e.Endpoints, "err", err)
 	}
 	return es, nil
 }
