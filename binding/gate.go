@@ -420,13 +420,15 @@ type call struct {
 	hasHeader bool
 	// bound is the cache entry of the binding the header names, and b
 	// that binding, read out of it (entry.binding) into step's memory.
-	bound     *entry
-	b         preflight.Binding
-	step      [1]preflight.BoundStep
-	policy    Policy // the bundle this call is decided under, for its revision
-	revision  string // policy's revision once a frame records it (frame)
-	contract  string // first contract failure reason
-	status    int    // 503 when the ladder could not decide
+	bound    *entry
+	b        preflight.Binding
+	step     [1]preflight.BoundStep
+	policy   Policy // the bundle this call is decided under, for its revision
+	revision string // policy's revision once a frame records it (frame)
+	contract string // first contract failure reason
+	// clause is the clause whose failure contract names, when one does.
+	clause    *preflight.ClauseViolation
+	status    int // 503 when the ladder could not decide
 	errDetail error
 	digest    string
 	// held marks the steps waiting for an approval not given; heldReason
@@ -563,7 +565,7 @@ func (g *Gate) checkContracts(ctx context.Context, c *call, pol Policy, now time
 		if c.contract != "" {
 			c.ladderPassed = false // the peek left to the consume failed the ladder
 		} else {
-			c.contract = vs[0].Reason
+			c.contract, c.clause = vs[0].Reason, &vs[0]
 		}
 	}
 	return true

@@ -313,6 +313,9 @@ func (g *Gate) frame(c *call, d *Decision, now time.Time) wal.FrameInput {
 	if !d.Allowed {
 		a.AdvisoryReason = d.AdvisoryReason
 	}
+	if v := c.clause; v != nil {
+		a.Clause = &wal.DecisionClause{Kind: v.Clause, Index: v.Index, Expression: text(v.Expression)}
+	}
 	// A call without a body (its kind from gate.kind_header) is judged on
 	// args {}, but its real args are unknown: no digest is recorded for
 	// them.

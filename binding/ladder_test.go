@@ -459,6 +459,13 @@ func TestLadder(t *testing.T) {
 					f.PreflightID != wantPF || f.ToolKind != r.kind || f.StepID != want.stepID || f.RequestID != "req-1" {
 					t.Fatalf("decision frame %+v, want %+v", f, want)
 				}
+				// A clause the call failed is named, without the values it read.
+				clauseFailed := mode != binding.ModeDisabled &&
+					(r.contract == preflight.ReasonPreconditionViolated || r.contract == preflight.ReasonInvariantViolated)
+				if (f.Clause != nil) != clauseFailed || (clauseFailed && (f.Clause.Expression == "" ||
+					(f.Clause.Kind != "precondition" && f.Clause.Kind != "invariant"))) {
+					t.Fatalf("decision frame names clause %+v, want one: %v", f.Clause, clauseFailed)
+				}
 
 				// An allow under a preflight consumed its step: the next
 				// request is a replay in enforce.

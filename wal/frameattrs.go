@@ -221,6 +221,10 @@ type DecisionAttrs struct {
 	// BundleRevision is the revision of the bundle that decided; nil when
 	// the request was refused before a bundle was consulted.
 	BundleRevision *string `json:"bundle_revision,omitempty"`
+	// Clause is the capability's clause the call failed at the gate,
+	// when one did (a precondition or an invariant on the call's args):
+	// its kind, place and expression, never the values it read.
+	Clause *DecisionClause `json:"clause,omitempty"`
 	// Enforced is false for a failure advisory mode did not enforce.
 	Enforced bool   `json:"enforced"`
 	Method   string `json:"method"`
@@ -254,9 +258,21 @@ func (a *DecisionAttrs) Canonical() (CanonicalAttrs, error) {
 	return w.Bytes()
 }
 
+// DecisionClause names the clause a gated call failed.
+type DecisionClause struct {
+	// Kind is precondition or invariant.
+	Kind string `json:"kind"`
+	// Index is its place in the capability's list of that kind.
+	Index      int    `json:"index"`
+	Expression string `json:"expression"`
+}
+
 func (a *DecisionAttrs) sizeHint() int {
 	n := 184 + len(a.Actor) + len(a.AdvisoryReason) + len(a.ArgsDigest) + len(a.Method) + len(a.Path) +
 		len(a.PreflightID) + len(a.Reason) + len(a.RequestID) + len(a.StepID) + len(a.ToolKind)
+	if a.Clause != nil {
+		n += 64 + len(a.Clause.Kind) + len(a.Clause.Expression)
+	}
 	if a.BundleRevision != nil {
 		n += 20 + len(*a.BundleRevision)
 	}
@@ -283,6 +299,15 @@ func (a *DecisionAttrs) writeCanonical(w *canon.Writer) {
 	}
 	if a.BundleRevision != nil {
 		member(w, "bundle_revision", *a.BundleRevision)
+	}
+	if c := a.Clause; c != nil {
+		w.Name("clause")
+		w.Open()
+		member(w, "expression", c.Expression)
+		w.Name("index")
+		w.Value(c.Index)
+		member(w, "kind", c.Kind)
+		w.Close()
 	}
 	w.Name("enforced")
 	w.Bool(a.Enforced)

@@ -44,6 +44,7 @@ func attrsCases(s1, s2 string, n int, flag bool) map[string]typedAttrs {
 	if flag {
 		dec.Args = map[string]any{"n": json.Number("1.50"), s1: []any{s2, nil, true, 2.5}, "m": map[string]any{}}
 		dec.BundleRevision = &rev
+		dec.Clause = &DecisionClause{Kind: s1, Index: n, Expression: s2}
 	}
 	return map[string]typedAttrs{
 		"preflight":           pf,
