@@ -22,18 +22,19 @@ const maxBindingBytes = 256
 var _ preflight.OutcomeClauses = (*Set)(nil)
 
 // checkOld refuses an old(e) whose e reads anything but args, or holds
-// another old: before the call there is no result and no status.
-func checkOld(e celast.Expr, expr string, at Problem) []Problem {
-	var bad bool
+// another old: before the call there is no result and no status. The
+// problem is placed at what old may not read (si gives its position).
+func checkOld(e celast.Expr, si *celast.SourceInfo, expr string, at Problem) []Problem {
+	var bad celast.Expr
 	var walk func(e celast.Expr, inOld bool)
 	walk = func(e celast.Expr, inOld bool) {
-		if bad {
+		if bad != nil {
 			return
 		}
 		switch e.Kind() {
 		case celast.IdentKind:
 			if inOld && (e.AsIdent() == resultVar || e.AsIdent() == statusVar) {
-				bad = true
+				bad = e
 			}
 		case celast.SelectKind:
 			walk(e.AsSelect().Operand(), inOld)
@@ -41,7 +42,7 @@ func checkOld(e celast.Expr, expr string, at Problem) []Problem {
 			c := e.AsCall()
 			if c.FunctionName() == oldFunc {
 				if inOld {
-					bad = true
+					bad = e
 					return
 				}
 				inOld = true
@@ -74,10 +75,15 @@ func checkOld(e celast.Expr, expr string, at Problem) []Problem {
 		}
 	}
 	walk(e, false)
-	if !bad {
+	if bad == nil {
 		return nil
 	}
 	at.Line, at.Column = startOf(expr)
+	if si != nil {
+		if loc := si.GetStartLocation(bad.ID()); loc.Line() > 0 {
+			at.Line, at.Column = loc.Line(), loc.Column()+1 // CEL's columns are 0-based
+		}
+	}
 	at.Message = "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"
 	return []Problem{at}
 }

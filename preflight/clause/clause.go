@@ -131,7 +131,7 @@ func Compile(caps map[string]preflight.Capability, opts Options) (*Set, error) {
 				at := Problem{Kind: kind, Clause: l.name, Index: i, Expression: expr}
 				ast, found := compileBool(l.env, expr, at)
 				if len(found) == 0 && (l.name == Postconditions || l.name == Invariants) {
-					found = checkOld(ast.NativeRep().Expr(), expr, at)
+					found = checkOld(ast.NativeRep().Expr(), ast.NativeRep().SourceInfo(), expr, at)
 				}
 				if len(found) > 0 {
 					problems = append(problems, found...)

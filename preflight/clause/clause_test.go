@@ -294,7 +294,7 @@ func TestCompileErrors(t *testing.T) {
 			caps: map[string]preflight.Capability{
 				refundKind: {Contract: &preflight.ContractSpec{
 					Preconditions: []string{"old(args.amountUsd) > 0", "result == 1"},
-					Invariants:    []string{"old(result) == 1"},
+					Invariants:    []string{"old(result) == 1", "args.a == 1 &&\n  old(old(args.a)) == 1"},
 				}},
 			},
 			want: []Problem{
@@ -302,8 +302,12 @@ func TestCompileErrors(t *testing.T) {
 					Line: 1, Column: 4, Message: "undeclared reference to 'old' (in container '')"},
 				{Kind: refundKind, Clause: "preconditions", Index: 1, Expression: "result == 1",
 					Line: 1, Column: 1, Message: "undeclared reference to 'result' (in container '')"},
+				// Placed at what old may not read: result, the inner old (a
+				// call is placed at its parenthesis, as CEL places calls).
 				{Kind: refundKind, Clause: "invariants", Index: 0, Expression: "old(result) == 1",
-					Line: 1, Column: 1, Message: "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"},
+					Line: 1, Column: 5, Message: "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"},
+				{Kind: refundKind, Clause: "invariants", Index: 1, Expression: "args.a == 1 &&\n  old(old(args.a)) == 1",
+					Line: 2, Column: 10, Message: "old(e) is the value of e before the call, when only args exist: e may read args only, and no old inside old"},
 			},
 		},
 		"positions are 1-based, also for an empty clause and a limit": {
