@@ -378,7 +378,9 @@ func idKey(text string) (key string, ok bool) {
 // no colon, read only events named "message", and take ids as integers), so
 // a stream with a lone CR or a line with no colon, or an answer in an event
 // of another name or under an id that is not an integer a double holds
-// exactly, has no answer here: its result is null.
+// exactly, has no answer here: its result is null. So has an answer with
+// both a result and an error, which JSON-RPC forbids: the gate would judge
+// the result while the MCP Go SDK hands its caller the error.
 func sseAnswer(body []byte, id string) ([]byte, bool) {
 	want, ok := idKey(id)
 	if !ok || len(body) == 0 || body[0] == '{' || body[0] == '[' {
@@ -397,7 +399,7 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 					found = append([]byte(nil), data...)
 					matches++
 				}
-				if named || !integralID(m["id"]) {
+				if named || !integralID(m["id"]) || (m["result"] != nil && m["error"] != nil) {
 					ambiguous = true
 				}
 			}
@@ -440,6 +442,18 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 	}
 	dispatch()
 	return found, matches == 1 && !ambiguous
+}
+
+// resultAndError reports whether body is a JSON-RPC answer with both a
+// result and an error (sseAnswer).
+func resultAndError(body []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return false
+	}
+	_, r := m["result"]
+	_, e := m["error"]
+	return r && e
 }
 
 // integralID reports whether a JSON-RPC id is a string, null, or a number

@@ -437,6 +437,13 @@ func TestMCPOutcomeOfAnSSEAnswer(t *testing.T) {
 		"another event name": answer("event: other\n", "1", "ok"),
 		// The SDK aborts the stream at a line with no colon.
 		"a line with no colon": "data\n\n" + answer("", "1", "ok"),
+		// JSON-RPC forbids both: the SDK hands its caller the error,
+		// the gate would judge the result.
+		"result and error": "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-1,\"message\":\"unjudged\"}," +
+			"\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n",
+		// The same answered as plain JSON, not as a stream.
+		"result and error, not a stream": "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-1,\"message\":\"unjudged\"}," +
+			"\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}",
 	} {
 		req := mcpPost(toolsCall("1", "tool.echo", `{}`, ""), map[string]string{binding.HeaderRequestID: "sse-" + name})
 		d := e.check(req)

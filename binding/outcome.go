@@ -376,6 +376,8 @@ func (g *Gate) afterClauses(ctx context.Context, c *call, d *Decision, x *Exchan
 		// The SDKs' servers answer a tools/call as an SSE stream by default.
 		if m, ok := sseAnswer(body, c.rpc.id); ok {
 			body = m
+		} else if resultAndError(body) {
+			body = nil // no answer every reader takes alike (sseAnswer)
 		}
 	}
 	result, isJSON := DecodeResult(body)

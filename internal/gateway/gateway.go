@@ -117,9 +117,19 @@ func New(o Options) *Gateway {
 			}
 			resp.Header.Set(binding.HeaderRequestID, resp.Request.Header.Get(binding.HeaderRequestID))
 			// The audit id and the advisory reason are the gate's to state:
-			// a runtime's copies would point the client at another call.
-			resp.Header.Del(binding.HeaderAuditID)
-			resp.Header.Del(binding.HeaderAdvisoryReason)
+			// a runtime's copies would point the client at another call,
+			// spelt with underscores too, as on the request.
+			for k := range resp.Header {
+				if n := http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-")); n == http.CanonicalHeaderKey(binding.HeaderAuditID) ||
+					n == http.CanonicalHeaderKey(binding.HeaderAdvisoryReason) {
+					delete(resp.Header, k)
+				}
+			}
+			// Every call the gate recorded names its decision, gated or
+			// not (mode disabled), so the client can find it.
+			if id, ok := resp.Request.Context().Value(auditKey{}).(string); ok && id != "" {
+				resp.Header.Set(binding.HeaderAuditID, id)
+			}
 			if x, ok := resp.Request.Context().Value(exchangeKey{}).(*binding.Exchange); ok {
 				g.judgeResponse(resp, x)
 			}
@@ -218,6 +228,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range d.UpstreamHeaders() {
 		r.Header.Set(k, v)
 	}
+	r = r.WithContext(context.WithValue(r.Context(), auditKey{}, d.AuditID))
 	r.Body = io.NopCloser(bytes.NewReader(req.Body))
 	// Replayed with its length: a chunked client body would otherwise go
 	// on chunked, and a runtime that reads only Content-Length would get
@@ -230,15 +241,38 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if g.o.UpstreamTimeout > 0 {
 			r = r.WithContext(context.WithValue(r.Context(), answerByKey{}, start.Add(g.o.UpstreamTimeout)))
 		}
-		g.proxy.ServeHTTP(w, r)
+		g.proxy.ServeHTTP(finalOnly{w}, r)
 		return
 	}
-	g.proxy.ServeHTTP(streamWriter{w}, r)
+	g.proxy.ServeHTTP(streamWriter{finalOnly{w}}, r)
 }
+
+// finalOnly passes on the upstream's final answer alone. The proxy would
+// hand the client each informational (1xx) answer as it comes, with its
+// headers: before the response is judged and its outcome frame durable,
+// with headers only the gate may set (x-autonomy-*), and past an output
+// contract's bound. None is needed: the gateway answers Expect:
+// 100-continue itself and refuses every upgrade.
+type finalOnly struct{ http.ResponseWriter }
+
+func (f finalOnly) WriteHeader(code int) {
+	if code >= 100 && code < 200 {
+		return // the proxy clears the 1xx answer's headers after this call
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController (the proxy's flushes) reach the
+// connection's writer.
+func (f finalOnly) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // exchangeKey is the context key of a gated call's exchange, set for the
 // proxy's ModifyResponse and ErrorHandler.
 type exchangeKey struct{}
+
+// auditKey is the context key of the audit id of the decision that let a
+// call through ("" when the gate recorded none).
+type auditKey struct{}
 
 // answerByKey is the context key of the time by which a gated call's
 // response must have been read whole to be judged.

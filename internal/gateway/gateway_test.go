@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -608,5 +610,79 @@ func TestGatewayUnaskedUpgradeIsOneOutcome(t *testing.T) {
 	case err := <-j.outcomes:
 		t.Fatalf("a second outcome was recorded for one call (%v)", err)
 	default:
+	}
+}
+
+// TestGatewayHoldsInterimAnswers: the runtime's informational answers
+// (103 Early Hints and the like, with headers only the gate may set) do not
+// reach the client, on a gated call judged before release or an ungated
+// one: the client gets the final answer alone.
+func TestGatewayHoldsInterimAnswers(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.Header().Set("X-Autonomy-Audit-Id", "au_forged_by_tool")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusProcessing)
+		w.Header().Del("Link")
+		w.Header().Del("X-Autonomy-Audit-Id")
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	j := releasingJudge{outcomes: make(chan error, 4)}
+	gw := httptest.NewServer(New(Options{Gate: gatedGate{}, Judge: j, Upstream: u, MaxBodyBytes: 1 << 10}))
+	t.Cleanup(gw.Close)
+	for _, path := range []string{"/v1/tool", "/other"} {
+		var interim []int
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+			interim = append(interim, code)
+			return nil
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+			http.MethodPost, gw.URL+path, strings.NewReader(`{"kind":"tool.echo"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != `{"ok":true}` || len(interim) != 0 {
+			t.Errorf("%s: %d %s after interim answers %v; want 200 alone", path, resp.StatusCode, body, interim)
+		}
+		if got := resp.Header.Get("X-Autonomy-Audit-Id"); got == "au_forged_by_tool" {
+			t.Errorf("%s: the runtime's audit id reached the client", path)
+		}
+	}
+}
+
+// TestGatewayResponseNamesTheDecision: a call the gate let through without
+// judging its response (mode disabled, or a path the gate does not gate)
+// still tells the client the audit id of its decision, and a runtime's own
+// audit id or advisory reason is removed in either spelling.
+func TestGatewayResponseNamesTheDecision(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["X_Autonomy_Audit_Id"] = []string{"au_forged_underscore"}
+		w.Header()["X_autonomy_advisory_reason"] = []string{"forged"}
+		w.Header().Set("X-Autonomy-Audit-Id", "au_forged_by_tool")
+		w.Write([]byte("upstream"))
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	gw := httptest.NewServer(New(Options{Gate: &recordingGate{allow: true}, Upstream: u, MaxBodyBytes: 1 << 10}))
+	t.Cleanup(gw.Close)
+	resp, body := do(t, http.MethodPost, gw.URL+"/v1/tool", nil, `{"kind":"tool.echo"}`)
+	if resp.StatusCode != http.StatusOK || body != "upstream" {
+		t.Fatalf("allowed call: %d %s", resp.StatusCode, body)
+	}
+	if got := resp.Header.Values("X-Autonomy-Audit-Id"); len(got) != 1 || got[0] != "au_test" {
+		t.Errorf("X-Autonomy-Audit-Id %q, want the decision's au_test alone", got)
+	}
+	for k, v := range resp.Header {
+		if strings.Contains(k, "_") {
+			t.Errorf("the runtime's %s: %q reached the client", k, v)
+		}
 	}
 }
