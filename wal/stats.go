@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 )
 
 // Stats describes the log's contents and size, for operators.
@@ -14,6 +15,10 @@ type Stats struct {
 	// FileBytes is the size of the bbolt file. bbolt reuses the pages that
 	// compaction frees but never shrinks the file.
 	FileBytes int64 `json:"file_bytes"`
+	// FormatVersion is the format the file records (doc.go): 1 for a log
+	// written before the version key existed. A read-only open leaves an
+	// older one as it is; a writable one (serve, wal compact) upgrades it.
+	FormatVersion int `json:"format_version"`
 	// Frames is how many frames the log holds; FirstSeq..LastSeq and
 	// FirstTime..LastTime bound them (zero when it holds none).
 	Frames    int    `json:"frames"`
@@ -43,6 +48,10 @@ type Stats struct {
 func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{Path: db.path, ByKind: map[string]int{}}
 	err := db.View(func(tx *Tx) error {
+		st.FormatVersion = 1
+		if v, err := strconv.Atoi(string(tx.btx.Bucket(bucketMeta).Get(keyVersion))); err == nil {
+			st.FormatVersion = v
+		}
 		if v := tx.btx.Bucket(bucketMeta).Get(keyBase); v != nil {
 			var base chainPoint
 			if err := json.Unmarshal(v, &base); err != nil {

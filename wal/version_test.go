@@ -249,8 +249,8 @@ func TestVersion2LogMarkersMoved(t *testing.T) {
 	if res, err := ro.Peek(ctx, repeat); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("read-only peek of the consumed step: %+v, %v; want repeated", res, err)
 	}
-	if st, err := ro.Stats(ctx); err != nil || st.ConsumedMarkers != 2 {
-		t.Fatalf("read-only stats: %d markers, %v; want 2", st.ConsumedMarkers, err)
+	if st, err := ro.Stats(ctx); err != nil || st.ConsumedMarkers != 2 || st.FormatVersion != 2 {
+		t.Fatalf("read-only stats: %d markers, version %d, %v; want 2 and 2", st.ConsumedMarkers, st.FormatVersion, err)
 	}
 	ro.Close()
 
@@ -265,8 +265,8 @@ func TestVersion2LogMarkersMoved(t *testing.T) {
 	if res, err := db.Peek(ctx, repeat); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("peek after the upgrade: %+v, %v; want repeated", res, err)
 	}
-	if st, err := db.Stats(ctx); err != nil || st.ConsumedMarkers != 1 {
-		t.Fatalf("stats after the upgrade: %d markers, %v; want 1", st.ConsumedMarkers, err)
+	if st, err := db.Stats(ctx); err != nil || st.ConsumedMarkers != 1 || st.FormatVersion != wal.FormatVersion {
+		t.Fatalf("stats after the upgrade: %d markers, version %d, %v; want 1 and %d", st.ConsumedMarkers, st.FormatVersion, err, wal.FormatVersion)
 	}
 	verifiedAtCurrentVersion(t, db, dir)
 }

@@ -36,7 +36,26 @@ func TestHealthcheckTrustsTheCAFile(t *testing.T) {
 	if code, _, errs := runCLI(t, "healthcheck", "--url", url, "--ca-file", filepath.Join(dir, "missing.pem")); code == 0 || !strings.Contains(errs, "--ca-file") {
 		t.Fatalf("--ca-file of a missing file: exit %d, %s", code, errs)
 	}
-	if code, out, errs := runCLI(t, "--ca-file", ca, "healthcheck", "--url", url); code != 0 || out != "ok\n" {
+	if code, out, errs := runCLI(t, "healthcheck", "--url", url, "--ca-file", ca); code != 0 || out != "ok\n" {
 		t.Fatalf("with --ca-file: exit %d, %q %s", code, out, errs)
 	}
+	// Every command that calls the service takes it; serve, whose own
+	// clients it would reach, and the offline commands do not.
+	for _, path := range clientCommands {
+		if code, _, errs := runCLI(t, append(path, "--help")...); code != 0 || !strings.Contains(errs+runHelp(t, path), "--ca-file") {
+			t.Errorf("%v --help: exit %d, no --ca-file", path, code)
+		}
+	}
+	for _, args := range [][]string{{"serve", "--ca-file", ca}, {"version", "--ca-file", ca}, {"check-config", "--ca-file", ca}} {
+		if code, _, errs := runCLI(t, args...); code == 0 || !strings.Contains(errs, "unknown flag: --ca-file") {
+			t.Errorf("%v: exit %d, %s; want the flag unknown", args, code, errs)
+		}
+	}
+}
+
+// runHelp is the help text of the command at path.
+func runHelp(t *testing.T, path []string) string {
+	t.Helper()
+	_, out, _ := runCLI(t, append(path, "--help")...)
+	return out
 }

@@ -130,3 +130,28 @@ func TestCheckConfigWarnsOfNoAllow(t *testing.T) {
 		t.Fatalf("stdout lacks the warning:\n%s", stdout.String())
 	}
 }
+
+// TestCheckConfigRefusesAPolicyThatCannotDecide: a policy that loads but
+// fails on every input (a non-boolean allow, a builtin error) is refused by
+// check-config, as serve is unready with it and answers every call 503;
+// one that fails for some inputs only passes.
+func TestCheckConfigRefusesAPolicyThatCannotDecide(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rules string
+		ok    bool
+	}{
+		"allow not a boolean": {`allow := "yes"`, false},
+		"division by zero":    {`allow if 1 / count(input.action.args) > 0`, false},
+		"fails for some":      {`allow if 10 / count(input.action.kind) > 0`, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := bundletest.Dir(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\n" + tc.rules + "\n",
+				"data.yaml": "autonomy:\n  capabilities:\n    tool.echo: {zones: [\"*\"]}\n"})
+			var stdout, stderr bytes.Buffer
+			code := Main([]string{"check-config", "--bundle", dir, "--data-dir", t.TempDir()}, &stdout, &stderr)
+			if (code == 0) != tc.ok || (!tc.ok && !strings.Contains(stderr.String(), "the policy cannot decide")) {
+				t.Fatalf("exit %d, want ok %v\nstdout: %s\nstderr: %s", code, tc.ok, stdout.String(), stderr.String())
+			}
+		})
+	}
+}

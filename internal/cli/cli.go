@@ -62,8 +62,6 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			return trustCA(caFile)
 		},
 	}
-	root.PersistentFlags().StringVar(&caFile, "ca-file", "", "PEM file of CA certificates to trust, beside the system's, "+
-		"for https:// URLs of the service (a tls.cert_file from a private CA); SSL_CERT_FILE does the same for the system's")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(stderr), newCheckConfig(stdout), newVersion(stdout), newHealthcheck(stdout),
@@ -71,9 +69,20 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	for _, extra := range extraCommands {
 		root.AddCommand(extra(stdout, stderr))
 	}
+	// The commands that call the service take the CA of its certificate;
+	// serve's own clients (the gateway's upstream, the webhook) do not.
+	for _, path := range clientCommands {
+		if c, _, err := root.Find(path); err == nil && c != root {
+			c.Flags().StringVar(&caFile, "ca-file", "", "PEM file of CA certificates to trust, beside the system's, "+
+				"for https:// URLs of the service (a tls.cert_file from a private CA); SSL_CERT_FILE replaces the system's")
+		}
+	}
 	strictCompletion(root)
 	return root
 }
+
+// clientCommands are the commands that call a running service over HTTP.
+var clientCommands = [][]string{{"healthcheck"}, {"preflight"}, {"audit"}, {"approvals", "list"}, {"approve"}, {"demo", "contract-refine"}}
 
 // strictCompletion makes "completion" without a shell, or with one cobra
 // has no script for (tcsh), an error naming the shells, rather than help
@@ -127,7 +136,7 @@ func (f *configFlags) register(cmd *cobra.Command, all bool) {
 
 // pathFlags name a file or directory: given as "" (an unset template
 // variable, say) they would silently mean the default one.
-var pathFlags = map[string]bool{"config": true, "data-dir": true, "bundle": true, "ca-file": true}
+var pathFlags = map[string]bool{"config": true, "data-dir": true, "bundle": true, "ca-file": true, "upstream": true}
 
 // trustCA makes the commands that call the service (healthcheck, preflight,
 // audit, approvals, approve, demo) trust the CA certificates in file
@@ -300,6 +309,11 @@ func newCheckConfig(stdout io.Writer) *cobra.Command {
 			b, err := server.LoadBundle(cmd.Context(), &cfg)
 			if err != nil {
 				return err
+			}
+			// A policy that fails on every probe input loads, but serve is
+			// unready with it and answers every call 503.
+			if err := b.Decides(cmd.Context(), string(cfg.ContractRefine.Mode), cfg.Gate.Path); err != nil {
+				return fmt.Errorf("bundle %s: %w", b.Source(), err)
 			}
 			if err := server.CheckSecurity(&cfg); err != nil {
 				return err

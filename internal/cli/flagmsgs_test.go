@@ -21,11 +21,13 @@ func TestFlagMessagesNameFlags(t *testing.T) {
 		"--bundle empty": {[]string{"check-config", "--bundle", ""}, "--bundle: must not be empty"},
 		// Nor an unset --config "$FILE" the defaults (advisory mode, no
 		// tokens), nor --data-dir "$DIR" ./data, on any command.
-		"--config empty":            {[]string{"check-config", "--config", ""}, "--config: must not be empty"},
-		"--config empty, serve":     {[]string{"serve", "--config", ""}, "--config: must not be empty"},
-		"--config empty, wal":       {[]string{"wal", "verify", "--config", ""}, "--config: must not be empty"},
-		"--data-dir empty, wal":     {[]string{"wal", "stats", "--data-dir", ""}, "--data-dir: must not be empty"},
-		"--data-dir empty, serve":   {[]string{"serve", "--data-dir", ""}, "--data-dir: must not be empty"},
+		"--config empty":          {[]string{"check-config", "--config", ""}, "--config: must not be empty"},
+		"--config empty, serve":   {[]string{"serve", "--config", ""}, "--config: must not be empty"},
+		"--config empty, wal":     {[]string{"wal", "verify", "--config", ""}, "--config: must not be empty"},
+		"--data-dir empty, wal":   {[]string{"wal", "stats", "--data-dir", ""}, "--data-dir: must not be empty"},
+		"--data-dir empty, serve": {[]string{"serve", "--data-dir", ""}, "--data-dir: must not be empty"},
+		// As --gateway-addr "" is: the gateway goes with both or neither.
+		"--upstream empty":          {[]string{"check-config", "--upstream", "", "--gateway-addr", "127.0.0.1:0"}, "--upstream: must not be empty"},
 		"--config empty, audit":     {[]string{"audit", "au_x", "--config", ""}, "--config: must not be empty"},
 		"--timeout zero, preflight": {[]string{"preflight", "--timeout", "0s", "-f", "x.json"}, "--timeout must be positive, got 0s"},
 		"audit from a server and a WAL": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--data-dir", t.TempDir()},

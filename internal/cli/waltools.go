@@ -163,6 +163,7 @@ func printStats(w io.Writer, st wal.Stats) error {
 	if st.BaseSeq > 0 {
 		fmt.Fprintf(tw, "compacted through\tseq %d\n", st.BaseSeq)
 	}
+	fmt.Fprintf(tw, "format version\t%d\n", st.FormatVersion)
 	fmt.Fprintf(tw, "bindings\t%d\n", st.Bindings)
 	fmt.Fprintf(tw, "consumed markers\t%d\n", st.ConsumedMarkers)
 	fmt.Fprintf(tw, "repair sessions\t%d\n", st.Sessions)
