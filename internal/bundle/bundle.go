@@ -77,6 +77,8 @@ type Bundle struct {
 	answers *lru.Cache[string, answer]
 	// noAllow is set when no module defines data.autonomy.allow (Warnings).
 	noAllow bool
+	// kinds is the rule plan step kinds follow (Options.Kinds).
+	kinds preflight.KindRule
 }
 
 // Load loads the bundle in dir, or the embedded default bundle when dir is "".
@@ -131,7 +133,7 @@ func Load(ctx context.Context, dir string, opts *Options) (*Bundle, error) {
 		return nil, fmt.Errorf("bundle %s: %w", source, err)
 	}
 	b := &Bundle{source: source, governance: gov, clauses: clauses, timeout: o.PolicyTimeout,
-		revision: revisionOf(res, root)}
+		revision: revisionOf(res, root), kinds: o.Kinds}
 	store := inmem.NewFromObject(res.Documents)
 	compiler := ast.NewCompiler()
 	modules := map[string]*ast.Module{}
@@ -500,10 +502,26 @@ var allowRef = ast.MustParseRef("data.autonomy.allow")
 // data.autonomy.allow (a package named otherwise, say) denies every call,
 // as an undefined allow does.
 func (b *Bundle) Warnings() []string {
+	var out []string
 	if b.noAllow {
-		return []string{"the policy defines no rule data.autonomy.allow (is its package autonomy?): every call is denied as policy: denied"}
+		out = append(out, "the policy defines no rule data.autonomy.allow (is its package autonomy?): every call is denied as policy: denied")
 	}
-	return nil
+	// Under the /v1/tool protocol a capability is not refused for its
+	// name (bundles named kinds freely before there was a rule), but no
+	// plan step can name one the rule refuses: it is never preflighted.
+	if b.kinds == preflight.KindRuleTool {
+		kinds := make([]string, 0, len(b.governance.Capabilities))
+		for k := range b.governance.Capabilities {
+			if !b.kinds.Valid(k) {
+				kinds = append(kinds, k)
+			}
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			out = append(out, fmt.Sprintf("capability %q does not follow the plan step kind rule %s: no preflight can name it", k, b.kinds.Pattern()))
+		}
+	}
+	return out
 }
 
 // Unenforced describes, one line per clause in kind order, the clauses the

@@ -155,3 +155,20 @@ func TestCheckConfigRefusesAPolicyThatCannotDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigWarnsOfKindsNoPlanCanName: under the /v1/tool protocol a
+// capability whose name the plan step kind rule refuses loads (bundles
+// named kinds freely before the rule), with a warning that no preflight
+// can name it.
+func TestCheckConfigWarnsOfKindsNoPlanCanName(t *testing.T) {
+	dir := bundletest.Dir(t, map[string]string{"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow := true\n",
+		"data.yaml": "autonomy:\n  capabilities:\n    GetWeather: {zones: [\"*\"]}\n    tool.echo: {zones: [\"*\"]}\n"})
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"check-config", "--bundle", dir, "--data-dir", t.TempDir()}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, `warning: capability "GetWeather" does not follow the plan step kind rule`) || strings.Contains(out, `"tool.echo" does not`) {
+		t.Fatalf("stdout:\n%s", out)
+	}
+}
