@@ -584,8 +584,12 @@ func (c *Config) validateEdges(bad badKey) {
 	if len(c.Gateway.TrustedProxies) > 0 && c.Gate.ActorHeader == "" {
 		bad("gateway.trusted_proxies", "trusts proxies to set gate.actor_header, which is not set")
 	}
-	if (c.Upstream == "") != (c.GatewayAddr == "") {
-		bad("upstream", "upstream and gateway_addr go together")
+	// A pair with one half set is named by the half the file has, so
+	// the message points at its line.
+	if c.Upstream == "" && c.GatewayAddr != "" {
+		bad("gateway_addr", "upstream and gateway_addr go together: give both, or neither")
+	} else if c.Upstream != "" && c.GatewayAddr == "" {
+		bad("upstream", "upstream and gateway_addr go together: give both, or neither")
 	}
 	if c.Upstream != "" {
 		if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -595,7 +599,9 @@ func (c *Config) validateEdges(bad badKey) {
 			bad("upstream", "carries credentials (user:password@), which the gateway does not send; remove them")
 		}
 	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+	if c.TLS.CertFile == "" && c.TLS.KeyFile != "" {
+		bad("tls.key_file", "tls.cert_file and tls.key_file go together")
+	} else if c.TLS.CertFile != "" && c.TLS.KeyFile == "" {
 		bad("tls.cert_file", "tls.cert_file and tls.key_file go together")
 	}
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {

@@ -60,6 +60,11 @@ wal: {retention: 24h, store_raw_requests: true}
 				c.Gate.KindHeader == "x-tool-kind" && c.WAL.StoreRawRequests && c.Bundle == "/etc/bundle"
 		}},
 		"empty file keeps defaults": {yaml: "", check: func(c Config) bool { return c.HTTPAddr == "127.0.0.1:8181" }},
+		// A pair with one half set names the half the file has, at its line.
+		"gateway without upstream": {yaml: "http_addr: 127.0.0.1:9\ngateway_addr: 127.0.0.1:8\n",
+			wantErr: "line 2: gateway_addr: upstream and gateway_addr go together"},
+		"key without cert": {yaml: "http_addr: 127.0.0.1:9\ntls: {key_file: /k.pem}\n",
+			wantErr: "line 2: tls.key_file: tls.cert_file and tls.key_file go together"},
 		// A second document would be dropped unread: here the mode and
 		// the tokens, leaving advisory mode and open read endpoints.
 		"second document": {yaml: "http_addr: 127.0.0.1:9\n---\ncontract_refine: {mode: enforce}\n",
