@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -568,5 +569,42 @@ func TestAnswerWindow(t *testing.T) {
 		if got := answerWindow(write); got != want {
 			t.Errorf("answerWindow(%v) = %v, want %v", write, got, want)
 		}
+	}
+}
+
+// TestConcurrentProbesShareOne: readiness probes that arrive while one
+// runs (a /readyz beside the background probe) share its answer rather
+// than each waiting to run its own: eight at once on a slow policy make
+// far fewer than eight probe writes to the WAL.
+func TestConcurrentProbesShareOne(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"policy.rego": "package autonomy\n\nimport rego.v1\n\nallow if count(numbers.range(1, 400000)) > 0\n",
+		"data.yaml":   "autonomy:\n  capabilities:\n    tool.echo: {zones: [\"*\"]}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := obsStart(t, func(c *config.Config) { c.Bundle, c.Policy.Timeout = dir, 10*time.Second },
+		Options{ReadinessInterval: -1})
+	before := histogramSum(e.scrape(t), "autonomy_wal_commit_batch_size", nil)
+	const n = 8
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := e.srv.probe(context.Background()); err != nil {
+				t.Errorf("probe: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if writes := histogramSum(e.scrape(t), "autonomy_wal_commit_batch_size", nil) - before; writes < 1 || writes >= n {
+		t.Fatalf("%d concurrent probes made %.0f probe writes, want at least one and fewer than %d", n, writes, n)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -86,6 +87,7 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 
+	probes    singleflight.Group // probe
 	ready     atomic.Bool
 	probeMu   sync.Mutex
 	listening func(Addrs)
@@ -432,6 +434,16 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // probe checks readiness and mirrors it into grpc.health.v1.
 func (s *Server) probe(ctx context.Context) error {
+	// A caller that arrives while a probe runs (a /readyz beside the
+	// background probe) shares its answer rather than waiting to run one
+	// of its own: with etcd down each takes up to its request timeout, and
+	// the two in turn outlasted the health checks' timeouts.
+	_, err, _ := s.probes.Do("probe", func() (any, error) { return nil, s.probeOnce(context.WithoutCancel(ctx)) })
+	return err
+}
+
+// probeOnce is one probe (probe).
+func (s *Server) probeOnce(ctx context.Context) error {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	var err error
