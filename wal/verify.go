@@ -173,12 +173,16 @@ func (w *chainWalk) indexes(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := tx.verifyAuditIndex(ctx, w.indexed, rep); err != nil || !rep.OK() {
+	markers, err := tx.verifyAuditIndex(ctx, w.indexed, rep)
+	if err != nil || !rep.OK() {
 		return err
 	}
-	if n, err := tx.markerCount(ctx); err != nil {
-		return err
-	} else if n != w.markersOK {
+	if tx.legacyMarkers() != nil {
+		if markers, err = tx.markerCount(ctx); err != nil {
+			return err
+		}
+	}
+	if markers != w.markersOK {
 		if err := tx.verifyMarkers(ctx, rep); err != nil || !rep.OK() {
 			return err
 		}
@@ -246,19 +250,23 @@ func (tx *Tx) bindingAgrees(f Frame) bool {
 // counted, not looked up, unless there are more: distinct frames have
 // distinct entries, so equal counts leave no room for another one. Then it
 // names the first entry whose frame is missing or has another audit id.
-func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyReport) error {
+// On the way it counts the consumed markers the index holds beside its
+// entries (format 3, markers.go), so they are not walked again to be
+// counted; the count is whole when the index verifies.
+func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyReport) (markers int, err error) {
 	entries, extra := 0, false
 	c := tx.btx.Bucket(bucketAudit).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if isMarker(v) {
-			continue // verifyMarkers checks those
+			markers++ // verifyMarkers checks those
+			continue
 		}
 		if n := len(k) - 9; n < 1 || k[n] != 0 {
 			rep.Problem = fmt.Sprintf("audit index entry %q is malformed", k)
-			return nil
+			return 0, nil
 		}
 		if entries++; entries > indexed {
 			extra = true
@@ -266,11 +274,11 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 		}
 	}
 	if !extra {
-		return nil
+		return markers, nil
 	}
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if isMarker(v) {
 			continue
@@ -281,14 +289,14 @@ func (tx *Tx) verifyAuditIndex(ctx context.Context, indexed int, rep *VerifyRepo
 		switch {
 		case err != nil:
 			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("audit index entry of %s names no frame in the log", id)
-			return nil
+			return 0, nil
 		case f.AuditID != id:
 			rep.BadSeq, rep.Problem = seq, fmt.Sprintf("audit index entry of %s names a frame of audit id %s", id, f.AuditID)
-			return nil
+			return 0, nil
 		}
 	}
 	rep.Problem = "the audit index holds more entries than the log has frames with an audit id"
-	return nil
+	return 0, nil
 }
 
 // hasKey reports whether bucket b holds key k. Index entries hold empty

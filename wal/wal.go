@@ -655,8 +655,9 @@ func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 // replica, and the bytes the log stores for it.
 func chainFrame(in FrameInput, head chainPoint, replica string) (Frame, []byte, error) {
 	if strings.ContainsAny(in.AuditID, "\x00\x01") {
-		// The audit index tells its entries from its markers by the
-		// first of these bytes after the audit id (markers.go).
+		// A marker's key ends its audit id at the first 0x01 and its
+		// preflight id at 0x00 (markers.go), and an entry's ends the
+		// audit id at 0x00: ids holding them would not split back.
 		return Frame{}, nil, fmt.Errorf("wal: audit id %q holds a byte 0x00 or 0x01", in.AuditID)
 	}
 	attrs, err := encodeNamed(in.Attrs, replica)
