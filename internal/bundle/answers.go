@@ -52,13 +52,12 @@ var clockOrWorld = map[string]bool{
 // later OPA or a custom build might add, makes it impure.
 func pure(c *ast.Compiler) bool {
 	ok := true
-	called := func(op ast.Ref) {
-		name := op.String()
-		if strings.HasPrefix(name, "data.") {
-			return
-		}
-		b, known := ast.BuiltinMap[name]
-		if !known || b.Nondeterministic || clockOrWorld[name] {
+	// Every reference is walked, so a builtin named anywhere that reads
+	// the world makes the policy impure: called, or the value of a with
+	// (f with f as time.now_ns), which calls it all the same. A function
+	// called or mocked must also be one OPA knows, or the policy's own.
+	calledOrMocked := func(op ast.Ref) {
+		if name := op.String(); !strings.HasPrefix(name, "data.") && ast.BuiltinMap[name] == nil {
 			ok = false
 		}
 	}
@@ -66,24 +65,20 @@ func pure(c *ast.Compiler) bool {
 		switch x := x.(type) {
 		case *ast.Expr:
 			if x.IsCall() {
-				called(x.Operator())
+				calledOrMocked(x.Operator())
 			}
 			for _, w := range x.With {
-				// A mocked function or builtin is replaced for the
-				// expression; the mock is walked as any other term, and
-				// the target may name a builtin that is not called.
 				if r, isRef := w.Target.Value.(ast.Ref); isRef && !r.HasPrefix(ast.DefaultRootRef) && !r.HasPrefix(ast.InputRootRef) {
-					called(r)
+					calledOrMocked(r)
 				}
 			}
 		case ast.Call:
 			if op, isRef := x[0].Value.(ast.Ref); isRef {
-				called(op)
+				calledOrMocked(op)
 			}
 		case ast.Ref:
-			// A builtin named anywhere, not only called: the value of a
-			// with (f with f as time.now_ns) calls it all the same.
-			if b, known := ast.BuiltinMap[x.String()]; known && (b.Nondeterministic || clockOrWorld[x.String()]) {
+			name := x.String()
+			if b := ast.BuiltinMap[name]; b != nil && (b.Nondeterministic || clockOrWorld[name]) {
 				ok = false
 			}
 		}

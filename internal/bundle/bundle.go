@@ -365,8 +365,6 @@ func checkDataSyntax(fsys fs.FS, root string) error {
 	})
 }
 
-// governanceOf decodes data.autonomy strictly, so a misspelt key is a load
-// error naming it rather than a silently ignored setting.
 // checkKindNames refuses a capability that no call could name: with the
 // MCP rule, a tools/call names its tool in params.name, and a capability
 // whose name breaks MCP's tool-name rule would govern nothing.
@@ -374,19 +372,26 @@ func checkKindNames(gov *preflight.Governance, rule preflight.KindRule) error {
 	if rule != preflight.KindRuleMCP {
 		return nil
 	}
-	kinds := make([]string, 0, len(gov.Capabilities))
-	for kind := range gov.Capabilities {
-		kinds = append(kinds, kind)
-	}
-	sort.Strings(kinds)
-	for _, kind := range kinds {
-		if !rule.Valid(kind) {
-			return fmt.Errorf("data: autonomy.capabilities[%q]: not an MCP tool name (gate.protocol: mcp wants %s)", kind, rule.Pattern())
-		}
+	if bad := unnamable(gov, rule); len(bad) > 0 {
+		return fmt.Errorf("data: autonomy.capabilities[%q]: not an MCP tool name (gate.protocol: mcp wants %s)", bad[0], rule.Pattern())
 	}
 	return nil
 }
 
+// unnamable are the capabilities whose names rule refuses, sorted.
+func unnamable(gov *preflight.Governance, rule preflight.KindRule) []string {
+	var kinds []string
+	for kind := range gov.Capabilities {
+		if !rule.Valid(kind) {
+			kinds = append(kinds, kind)
+		}
+	}
+	sort.Strings(kinds)
+	return kinds
+}
+
+// governanceOf decodes data.autonomy strictly, so a misspelt key is a load
+// error naming it rather than a silently ignored setting.
 func governanceOf(docs map[string]any) (*preflight.Governance, error) {
 	raw, ok := docs["autonomy"]
 	gov := &preflight.Governance{Capabilities: map[string]preflight.Capability{}}
@@ -510,14 +515,7 @@ func (b *Bundle) Warnings() []string {
 	// name (bundles named kinds freely before there was a rule), but no
 	// plan step can name one the rule refuses: it is never preflighted.
 	if b.kinds == preflight.KindRuleTool {
-		kinds := make([]string, 0, len(b.governance.Capabilities))
-		for k := range b.governance.Capabilities {
-			if !b.kinds.Valid(k) {
-				kinds = append(kinds, k)
-			}
-		}
-		sort.Strings(kinds)
-		for _, k := range kinds {
+		for _, k := range unnamable(b.governance, b.kinds) {
 			out = append(out, fmt.Sprintf("capability %q does not follow the plan step kind rule %s: no preflight can name it", k, b.kinds.Pattern()))
 		}
 	}
