@@ -399,7 +399,7 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 					found = append([]byte(nil), data...)
 					matches++
 				}
-				if named || !integralID(m["id"]) || (m["result"] != nil && m["error"] != nil) {
+				if named || !integralID(m["id"]) || bothResultAndError(m) {
 					ambiguous = true
 				}
 			}
@@ -448,9 +448,11 @@ func sseAnswer(body []byte, id string) ([]byte, bool) {
 // result and an error (sseAnswer).
 func resultAndError(body []byte) bool {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return false
-	}
+	return json.Unmarshal(body, &m) == nil && bothResultAndError(m)
+}
+
+// bothResultAndError reports whether the answer m has both members.
+func bothResultAndError(m map[string]json.RawMessage) bool {
 	_, r := m["result"]
 	_, e := m["error"]
 	return r && e
