@@ -120,7 +120,7 @@ func New(o Options) *Gateway {
 			// a runtime's copies would point the client at another call,
 			// spelt with underscores too, as on the request.
 			for k := range resp.Header {
-				if n := http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-")); n == http.CanonicalHeaderKey(binding.HeaderAuditID) ||
+				if n := readAs(k); n == http.CanonicalHeaderKey(binding.HeaderAuditID) ||
 					n == http.CanonicalHeaderKey(binding.HeaderAdvisoryReason) {
 					delete(resp.Header, k)
 				}
@@ -188,7 +188,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if trusted && g.o.ActorHeader != "" && http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(g.o.ActorHeader) {
 			continue // set by the proxy in front, which authenticated the caller
 		}
-		if g.proxyOnly(http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))) {
+		if g.proxyOnly(readAs(k)) {
 			delete(r.Header, k)
 		}
 	}
@@ -246,6 +246,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.proxy.ServeHTTP(streamWriter{finalOnly{w}}, r)
 }
+
+// readAs is the header name k is read as by a server that takes
+// underscores for dashes, canonical.
+func readAs(k string) string { return http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-")) }
 
 // finalOnly passes on the upstream's final answer alone. The proxy would
 // hand the client each informational (1xx) answer as it comes, with its
