@@ -89,7 +89,6 @@ type Server struct {
 
 	probes    singleflight.Group // probe
 	ready     atomic.Bool
-	probeMu   sync.Mutex
 	listening func(Addrs)
 	lns       *Listeners
 	sec       security
@@ -442,10 +441,8 @@ func (s *Server) probe(ctx context.Context) error {
 	return err
 }
 
-// probeOnce is one probe (probe).
+// probeOnce is one probe, never two at once (probe).
 func (s *Server) probeOnce(ctx context.Context) error {
-	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
 	var err error
 	if b := s.bundle.Load(); b == nil {
 		err = errors.New("no policy bundle loaded")
