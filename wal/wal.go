@@ -256,58 +256,16 @@ func Open(dir string, opts *Options) (*DB, error) {
 		slots: make(chan struct{}, maxWaiting), kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{}), pages: newPages()}
 	db.idle.L = &db.wmu
-	readHead := func(meta *bolt.Bucket) error {
-		if v := meta.Get(keyHead); v != nil {
-			return json.Unmarshal(v, &db.head)
-		}
-		if v := meta.Get(keyBase); v != nil {
-			return json.Unmarshal(v, &db.head)
-		}
-		return nil
-	}
-	var (
-		upgraded       bool
-		moved, dropped int
-	)
 	if o.ReadOnly {
-		err = db.view(func(tx *Tx) error {
-			meta := tx.btx.Bucket(bucketMeta)
-			for _, name := range allBuckets {
-				if tx.btx.Bucket(name) == nil {
-					return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
-				}
-			}
-			if _, err := checkVersion(tx.btx, false); err != nil {
-				return err
-			}
-			return readHead(meta)
-		})
+		err = db.checkReadOnly()
 	} else {
-		err = db.update(func(tx *bolt.Tx) error {
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-					return err
-				}
-			}
-			if upgraded, err = checkVersion(tx, true); err != nil {
-				return err
-			}
-			if moved, dropped, err = moveMarkers(tx); err != nil {
-				return err
-			}
-			return readHead(tx.Bucket(bucketMeta))
-		})
+		err = db.prepareWritable()
 	}
 	if err != nil {
 		if !db.poisoned.Load() {
 			bdb.Close()
 		}
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
-	}
-	if upgraded {
-		db.log.Info("wal format upgraded: the log now records format version "+strconv.Itoa(FormatVersion)+
-			"; binaries that read only older versions refuse it", "path", path,
-			"consumed_markers_moved", moved, "consumed_markers_dropped", dropped)
 	}
 	db.ino, _ = statID(path)
 	if !o.NoSync && !o.ReadOnly {
@@ -721,6 +679,65 @@ func auditKey(auditID string, seq uint64) []byte {
 	k = append(k, 0)
 	s := seqKey(seq)
 	return append(k, s[:]...)
+}
+
+// readHead reads the newest frame's chain point from meta: the head, or
+// the base of a log whose frames compaction all removed.
+func (db *DB) readHead(meta *bolt.Bucket) error {
+	if v := meta.Get(keyHead); v != nil {
+		return json.Unmarshal(v, &db.head)
+	}
+	if v := meta.Get(keyBase); v != nil {
+		return json.Unmarshal(v, &db.head)
+	}
+	return nil
+}
+
+// checkReadOnly checks, writing nothing, that the log is one this binary
+// reads, of any version it reads, and reads its head.
+func (db *DB) checkReadOnly() error {
+	return db.view(func(tx *Tx) error {
+		for _, name := range allBuckets {
+			if tx.btx.Bucket(name) == nil {
+				return fmt.Errorf("%w: no %s bucket: not a log this binary wrote", ErrCorrupt, name)
+			}
+		}
+		if _, err := checkVersion(tx.btx, false); err != nil {
+			return err
+		}
+		return db.readHead(tx.btx.Bucket(bucketMeta))
+	})
+}
+
+// prepareWritable makes the log one this binary writes, in one
+// transaction: the buckets a new log lacks, an older format upgraded (its
+// markers moved), and its head read. It logs an upgrade.
+func (db *DB) prepareWritable() error {
+	var (
+		upgraded       bool
+		moved, dropped int
+	)
+	err := db.update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		var err error
+		if upgraded, err = checkVersion(tx, true); err != nil {
+			return err
+		}
+		if moved, dropped, err = moveMarkers(tx); err != nil {
+			return err
+		}
+		return db.readHead(tx.Bucket(bucketMeta))
+	})
+	if err == nil && upgraded {
+		db.log.Info("wal format upgraded: the log now records format version "+strconv.Itoa(FormatVersion)+
+			"; binaries that read only older versions refuse it", "path", db.path,
+			"consumed_markers_moved", moved, "consumed_markers_dropped", dropped)
+	}
+	return err
 }
 
 // checkVersion refuses a log of a format version this binary does not
