@@ -441,6 +441,19 @@ func (s *Server) probe(ctx context.Context) error {
 	return err
 }
 
+// firstProbe sets readiness before the listeners open. On etcd it does
+// not wait: etcd may take its request timeout to answer, or not answer,
+// and the listeners, /healthz among them, answer meanwhile, unready until
+// the probe hears from it.
+func (s *Server) firstProbe(ctx context.Context) {
+	if s.etcd == nil {
+		s.probe(ctx)
+		return
+	}
+	s.ready.Store(false)
+	go s.probe(ctx)
+}
+
 // probeOnce is one probe, never two at once (probe).
 func (s *Server) probeOnce(ctx context.Context) error {
 	var err error
@@ -594,15 +607,7 @@ func (s *Server) Run(ctx context.Context) error {
 		listeners = append(listeners, gwLn)
 		attrs = append(attrs, "gateway_addr", gwLn.Addr().String(), "upstream", s.cfg.Upstream)
 	}
-	if s.etcd != nil {
-		// etcd may take the request timeout to answer, or not answer:
-		// the listeners, /healthz among them, answer meanwhile, unready
-		// until the first probe hears from it.
-		s.ready.Store(false)
-		go s.probe(ctx)
-	} else {
-		s.probe(ctx)
-	}
+	s.firstProbe(ctx)
 	stopBackground := s.startBackground(ctx)
 	stopCompaction := s.startCompaction(ctx)
 	errc := make(chan error, len(servers)+1)
