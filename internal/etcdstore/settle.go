@@ -186,9 +186,12 @@ func (s *Store) retry(what string, fn func() error) error {
 }
 
 // settleOnOpen holds the log and settles the copies a crash left past its
-// head (settleCrashCopies), then releases it: at once when the log is
-// already verified and etcd answers, else in the background, retrying
-// until etcd does. Until then the log appends nothing (wal.ErrHeld).
+// head (settleCrashCopies), then releases it, in the background, retrying
+// until etcd answers. Until then the log appends nothing (wal.ErrHeld).
+// When the log is verified already, Open waits for the settling at most
+// half the request timeout (and a second): a healthy etcd answers within
+// it, so the log is released before Open returns, and one that does not
+// answer leaves the replica to listen, unready, rather than wait it out.
 func (s *Store) settleOnOpen() {
 	s.log.Hold()
 	settle := func() error {
@@ -202,16 +205,9 @@ func (s *Store) settleOnOpen() {
 		}
 		return s.settleCrashCopies(s.bg)
 	}
-	select {
-	case <-s.log.Verified():
-		if settle() == nil {
-			s.log.Release()
-			s.recopyAfterOpen()
-			return
-		}
-	default:
-	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		select {
 		case <-s.log.Verified():
 		case <-s.bg.Done():
@@ -225,6 +221,14 @@ func (s *Store) settleOnOpen() {
 			s.recopyAfterOpen()
 		}
 	}()
+	select {
+	case <-s.log.Verified():
+		select {
+		case <-done:
+		case <-time.After(min(s.o.RequestTimeout/2, time.Second)):
+		}
+	default:
+	}
 }
 
 // settleCrashCopies reads the copy indexes of this replica past the log's
