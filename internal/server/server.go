@@ -639,21 +639,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.log.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, srv := range servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); srv.Shutdown(shutdownCtx) }()
-	}
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutdownCtx.Done():
-		s.grpc.Stop()
-	}
-	wg.Wait()
+	s.drain(servers)
 	stopBackground()
 	stopCompaction()
 	s.gate.Close()
@@ -670,6 +656,26 @@ func (s *Server) Run(ctx context.Context) error {
 		runErr = nil
 	}
 	return runErr
+}
+
+// drain lets the HTTP servers and the gRPC server finish the calls they
+// hold, within ShutdownTimeout, then stops whatever is left.
+func (s *Server) drain(servers []*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); srv.Shutdown(ctx) }()
+	}
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+	}
+	wg.Wait()
 }
 
 // AdvisoryNote and DisabledNote are logged at startup in those modes, so
