@@ -84,31 +84,6 @@ func (f *fltFixture) mustPreflight(t *testing.T, session string) string {
 	return d.PreflightID
 }
 
-// readyz returns the status of GET /readyz, 0 when the process does not answer.
-func (f *fltFixture) readyz() (int, string) {
-	status, body, err := f.c.get("/readyz")
-	if err != nil {
-		return 0, err.Error()
-	}
-	return status, string(body)
-}
-
-// waitReady polls /readyz until it answers want.
-func (f *fltFixture) waitReady(t *testing.T, want int) string {
-	t.Helper()
-	deadline := time.Now().Add(fltWait)
-	for {
-		status, body := f.readyz()
-		if status == want {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d (%s) after %s, want %d", status, body, fltWait, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // duringFault sends the traffic a fault that stops writes must not let
 // through: a new preflight, the used preflight under a new and under its
 // own request id, and the unused one under fresh request ids (last, so a
@@ -166,7 +141,7 @@ func (f *fltFixture) wantUnavailable(t *testing.T, tag string) {
 // text contains each of parts.
 func wantLog(t *testing.T, s *Server, msg string, parts ...string) {
 	t.Helper()
-	for _, rec := range s.LogLines(msg) {
+	for _, rec := range s.WaitLog(msg) {
 		line, _ := json.Marshal(rec)
 		ok := true
 		for _, p := range parts {
@@ -189,7 +164,7 @@ func TestFaultWALFileMovedAwayAndBack(t *testing.T) {
 	if err := os.Rename(f.walPath, away); err != nil {
 		t.Fatal(err)
 	}
-	body := f.waitReady(t, http.StatusServiceUnavailable)
+	body := f.s.WaitReadyz(http.StatusServiceUnavailable, "the fault")
 	if !strings.Contains(body, "removed or replaced") {
 		t.Errorf("/readyz while the file is away: %s, want it to say the file was removed or replaced", body)
 	}
@@ -202,7 +177,7 @@ func TestFaultWALFileMovedAwayAndBack(t *testing.T) {
 	if err := os.Rename(away, f.walPath); err != nil {
 		t.Fatal(err)
 	}
-	f.waitReady(t, http.StatusOK)
+	f.s.WaitReadyz(http.StatusOK, "the fault")
 	// One frame, fewer than the fault's last attempt would have left: a
 	// log that let writes through while away, or lost its place in the
 	// chain, fails wal verify here.
@@ -246,7 +221,7 @@ func TestFaultWALFileRemoved(t *testing.T) {
 	if err := os.Remove(f.walPath); err != nil {
 		t.Fatal(err)
 	}
-	f.waitReady(t, http.StatusServiceUnavailable)
+	f.s.WaitReadyz(http.StatusServiceUnavailable, "the fault")
 	f.wantUnavailable(t, "removed")
 	f.duringFault(t, "removed", 5)
 	wantLog(t, f.s, "wal commit failed", "removed or replaced")
@@ -254,7 +229,7 @@ func TestFaultWALFileRemoved(t *testing.T) {
 	f.s.Kill()
 	f.s = f.s.Restart()
 	f.c = newSoakClient(t, f.s)
-	f.waitReady(t, http.StatusOK)
+	f.s.WaitReadyz(http.StatusOK, "the fault")
 	for _, id := range []string{f.used, f.fresh} {
 		if allowed, reason, err := f.c.check(id, "req-after-restart"); err != nil || allowed || reason != "contract: preflight_required" {
 			t.Errorf("id from the removed log after restart: allowed=%v %q %v, want contract: preflight_required", allowed, reason, err)
@@ -389,7 +364,7 @@ func TestFaultDiskFull(t *testing.T) {
 	filler := filepath.Join(mnt, "filler")
 	fill(t, filler)
 
-	f.waitReady(t, http.StatusServiceUnavailable)
+	f.s.WaitReadyz(http.StatusServiceUnavailable, "the fault")
 	// bbolt may still reuse pages it freed earlier; the fault is established
 	// once a write has failed, and from then on nothing is allowed.
 	failed := false
@@ -407,7 +382,7 @@ func TestFaultDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	f.waitReady(t, http.StatusOK)
+	f.s.WaitReadyz(http.StatusOK, "the fault")
 	p := f.mustPreflight(t, "flt-space-back")
 	if allowed, reason, err := f.c.check(p, "req-space-back"); err != nil || !allowed {
 		t.Fatalf("after freeing space: allowed=%v %q %v", allowed, reason, err)

@@ -202,7 +202,7 @@ func startServer(t testing.TB, o ServeOptions) (*Server, error) {
 	}
 	args = append(args, o.Args...)
 	s := &Server{DataDir: o.DataDir, t: t, opts: o, exited: make(chan struct{}),
-		logs: &logWriter{listening: make(chan listenLine, 1), verified: make(chan struct{})}}
+		logs: &logWriter{listening: make(chan listenLine, 1), verified: make(chan struct{}), grew: make(chan struct{})}}
 	s.cmd = exec.Command(Binary(t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.Env = append(os.Environ(), o.Env...)
@@ -261,6 +261,62 @@ func (s *Server) LogLines(msg string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// WaitLog waits until the process has logged a record with msg and
+// returns its records with msg. The process's output reaches the harness
+// through a pipe, behind the answers it sent after writing it: a test
+// that reads a line an answer implies waits for it here. It fails the
+// test if none comes within startTimeout or the process exits first.
+func (s *Server) WaitLog(msg string) []map[string]any {
+	s.t.Helper()
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	for {
+		grew := s.logs.grown()
+		if lines := s.LogLines(msg); len(lines) > 0 {
+			return lines
+		}
+		select {
+		case <-grew:
+		case <-s.exited:
+			if lines := s.LogLines(msg); len(lines) > 0 {
+				return lines
+			}
+			s.t.Fatalf("autonomy serve exited with code %d before logging %q:\n%s", s.code, msg, s.Logs())
+		case <-timer.C:
+			s.t.Fatalf("autonomy serve did not log %q within %s:\n%s", msg, startTimeout, s.Logs())
+		}
+	}
+}
+
+// readyzClient bounds each poll of WaitReadyz: an answer that does not
+// come is a poll that failed, not a wait without end.
+var readyzClient = &http.Client{Timeout: 5 * time.Second}
+
+// WaitReadyz polls GET /readyz until it answers want (0: the process does
+// not answer), for up to startTimeout after what names the event awaited,
+// and returns the answer's body.
+func (s *Server) WaitReadyz(want int, after string) string {
+	s.t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		status, body := 0, ""
+		if resp, err := readyzClient.Get(s.URL("/readyz")); err != nil {
+			body = err.Error()
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status, body = resp.StatusCode, string(b)
+		}
+		if status == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("/readyz still %d (%s) %s after %s, want %d:\n%s", status, body, startTimeout, after, want, s.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Stop sends SIGTERM, waits for the process to exit and returns its exit
@@ -405,12 +461,23 @@ type logWriter struct {
 	// verification at open, passed or failed.
 	verified     chan struct{}
 	verifiedSeen bool
+	// grew is closed, and replaced, at each write.
+	grew chan struct{}
+}
+
+// grown returns a channel closed at the next write.
+func (w *logWriter) grown() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.grew
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf.Write(p)
+	close(w.grew)
+	w.grew = make(chan struct{})
 	w.partial = append(w.partial, p...)
 	for {
 		i := bytes.IndexByte(w.partial, '\n')

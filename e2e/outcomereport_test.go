@@ -224,6 +224,9 @@ func TestOutcomeAcrossReplicas(t *testing.T) {
 	endpoints := strings.Join(c.Endpoints(), ",")
 	a := orpServe(t, "--etcd-endpoints", endpoints, "--replica-id", "replica-a")
 	b := orpServe(t, "--etcd-endpoints", endpoints, "--replica-id", "replica-b")
+	for _, s := range []*cbServer{a, b} {
+		s.WaitReadyz(http.StatusOK, "its start") // on etcd, a replica listens before it is ready
+	}
 
 	v := a.checkCall(t, cbCall{Kind: "ledger.debit.v1", Args: ocDebit, RequestID: "rq-across"})
 	if v.HTTPStatus != 200 || v.AuditID == "" {

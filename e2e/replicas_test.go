@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
@@ -37,6 +36,18 @@ type replica struct {
 // replica-a, replica-b, …
 func startReplicas(t *testing.T, endpoints []string, n int, extra ...string) []*replica {
 	t.Helper()
+	rs := launchReplicas(t, endpoints, n, extra...)
+	for _, r := range rs {
+		r.WaitReadyz(http.StatusOK, "its start")
+	}
+	return rs
+}
+
+// launchReplicas is startReplicas without waiting for them to be ready: a
+// replica on etcd listens before it has heard from etcd (and settled what
+// a crash may have left there), unready and answering 503 until then.
+func launchReplicas(t *testing.T, endpoints []string, n int, extra ...string) []*replica {
+	t.Helper()
 	cfg := writeFile(t, "replicas.yaml", "contract_refine:\n  mode: enforce\nstore:\n  etcd:\n    request_timeout: 1s\n    dial_timeout: 1s\n")
 	out := make([]*replica, n)
 	for i := range out {
@@ -46,23 +57,6 @@ func startReplicas(t *testing.T, endpoints []string, n int, extra ...string) []*
 		out[i] = &replica{Server: s, name: name, authz: s.Authz(t)}
 	}
 	return out
-}
-
-// waitReady polls r's /readyz until it answers 200, for up to 30 s after
-// what names the event it recovers from.
-func (r *replica) waitReady(t *testing.T, after string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, body := getBody(t, r.URL("/readyz"))
-		if status == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 30s of %s: %d %s\n%s", r.name, after, status, body, r.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // getBody GETs a URL and returns the status and the body.
@@ -227,7 +221,7 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"reason":"etcd: `) {
 		t.Fatalf("/readyz with etcd down: %d %s, want 503 naming etcd", status, body)
 	}
-	if n := len(r.LogLines("etcd unavailable; denying until it answers")); n != 1 {
+	if n := len(r.WaitLog("etcd unavailable; denying until it answers")); n != 1 {
 		t.Fatalf("%d log lines for etcd becoming unavailable, want 1:\n%s", n, r.Logs())
 	}
 	_, metrics := getBody(t, r.URL("/metrics"))
@@ -238,9 +232,9 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if err := c.Members[0].Start(); err != nil {
 		t.Fatal(err)
 	}
-	r.waitReady(t, "etcd's return")
+	r.WaitReadyz(http.StatusOK, "etcd's return")
 	wantAllow(t, checkEcho(t, r.authz, d.PreflightID, "req-back"), d.AuditID)
-	if n := len(r.LogLines("etcd available again")); n != 1 {
+	if n := len(r.WaitLog("etcd available again")); n != 1 {
 		t.Fatalf("%d log lines for etcd's return, want 1", n)
 	}
 	frames := auditFrames(t, r.Server, freeBody.Error.AuditID)
@@ -265,7 +259,7 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 func TestReplicaStartedWithEtcdDown(t *testing.T) {
 	c := etcdtest.StartT(t, etcdtest.Options{})
 	c.Members[0].Stop()
-	r := startReplicas(t, c.Endpoints(), 1)[0]
+	r := launchReplicas(t, c.Endpoints(), 1)[0]
 	if status, _ := getBody(t, r.URL("/healthz")); status != http.StatusOK {
 		t.Fatalf("/healthz of a replica started with etcd down: %d, want 200", status)
 	}
@@ -279,7 +273,7 @@ func TestReplicaStartedWithEtcdDown(t *testing.T) {
 	if err := c.Members[0].Start(); err != nil {
 		t.Fatal(err)
 	}
-	r.waitReady(t, "etcd's start")
+	r.WaitReadyz(http.StatusOK, "etcd's start")
 }
 
 // TestDuplicateReplicaIDIsUnready: a second process with a live replica's
@@ -289,14 +283,13 @@ func TestReplicaStartedWithEtcdDown(t *testing.T) {
 func TestDuplicateReplicaIDIsUnready(t *testing.T) {
 	c := etcdtest.StartT(t, etcdtest.Options{})
 	a := startReplicas(t, c.Endpoints(), 1)[0]
-	a.waitReady(t, "its start")
-	b := startReplicas(t, c.Endpoints(), 1)[0]
+	b := launchReplicas(t, c.Endpoints(), 1)[0]
 	status, body := getBody(t, b.URL("/readyz"))
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "replica_id") {
 		t.Fatalf("/readyz of a second replica-a: %d %s, want 503 naming replica_id", status, body)
 	}
-	logs := b.Logs()
-	if !strings.Contains(logs, "another live process holds this replica_id") || strings.Contains(logs, "does not answer yet") {
+	b.WaitLog("etcd: another live process holds this replica_id; not ready until it is gone: give each replica its own id")
+	if logs := b.Logs(); strings.Contains(logs, "does not answer yet") {
 		t.Fatalf("the second replica-a's log should name the conflict and not blame etcd:\n%s", logs)
 	}
 	if status, body, _ := PostJSON(t, b.URL("/v1/preflight"), echoPreflight("session:dup")); status != http.StatusServiceUnavailable ||
@@ -404,7 +397,7 @@ func TestReplicasEtcdMemberKilledUnderLoad(t *testing.T) {
 	// log until the dropper has withdrawn its copies: both take writes
 	// again once that is done.
 	for _, r := range rs {
-		r.waitReady(t, "the kill of one etcd member of three")
+		r.WaitReadyz(http.StatusOK, "the kill of one etcd member of three")
 	}
 	for i, a := range done {
 		r := rs[i%2]
