@@ -523,6 +523,11 @@ func checkExtProc(t *testing.T, c envoyConfig, gatedPath string) {
 	if d := p.GetMessageTimeout().AsDuration(); !checkTimeoutOK(d) {
 		t.Errorf("ext_proc message_timeout = %v, want between 1s and 5s", d)
 	}
+	// A stream that fails answers what the service answers a response it
+	// could not judge (SPEC §12), not Envoy's default 500.
+	if got := p.GetStatusOnError().GetCode(); got != 502 {
+		t.Errorf("ext_proc status_on_error = %v, want 502", got)
+	}
 	m := p.GetProcessingMode()
 	if m.GetRequestHeaderMode() != extprocv3.ProcessingMode_SEND || m.GetResponseHeaderMode() != extprocv3.ProcessingMode_SEND ||
 		m.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED || m.GetResponseBodyMode() != extprocv3.ProcessingMode_BUFFERED {
