@@ -64,8 +64,8 @@ func etcdRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 	eps := strings.Join(c.Endpoints(), ",")
 	// The round trip is measured with the store's own client options, so
 	// the floor is what the service's requests could cost.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop(), DialOptions: etcdstore.DialOptions()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: etcdstore.DefaultDialTimeout,
+		Logger: zap.NewNop(), DialOptions: etcdstore.DialOptions(etcdstore.DefaultDialTimeout)})
 	if err != nil {
 		return err
 	}

@@ -76,9 +76,19 @@ func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// MinEtcdTimeout bounds store.etcd.dial_timeout and request_timeout from
-// below.
-const MinEtcdTimeout = 10 * time.Millisecond
+// MinEtcdTimeout and MaxEtcdTimeout bound store.etcd.dial_timeout and
+// request_timeout. Above the maximum a stalled etcd would hold each tool
+// call (which may wait twice request_timeout), /readyz and the gRPC
+// health answer for longer than any proxy or probe waits.
+const (
+	MinEtcdTimeout = 10 * time.Millisecond
+	MaxEtcdTimeout = 30 * time.Second
+)
+
+// MaxEtcdPrefixBytes bounds store.etcd.prefix: it starts every key, each
+// of which etcd keeps in its in-memory index, and etcd refuses a request
+// over 1.5 MiB.
+const MaxEtcdPrefixBytes = 256
 
 // MaxEtcdRecordTTL bounds store.etcd.record_ttl: ten years, well inside
 // the longest lease etcd grants (9,000,000,000 s).
@@ -132,9 +142,12 @@ func CheckReplicaID(v string) error {
 	return nil
 }
 
-// CheckPrefix refuses an etcd key prefix that is empty, holds a control
-// character or does not end in "/".
+// CheckPrefix refuses an etcd key prefix that is empty, longer than
+// MaxEtcdPrefixBytes, holds a control character or does not end in "/".
 func CheckPrefix(p string) error {
+	if len(p) > MaxEtcdPrefixBytes {
+		return fmt.Errorf("must be at most %d bytes, got %d", MaxEtcdPrefixBytes, len(p))
+	}
 	if p == "" || strings.ContainsFunc(p, func(r rune) bool { return r < ' ' || r == 0x7f }) || !strings.HasSuffix(p, "/") {
 		return fmt.Errorf("must be non-empty text without control characters, ending in \"/\", got %q", p)
 	}
@@ -222,7 +235,8 @@ func (c *Config) validateStore(bad badKey) {
 		bad("store.etcd.prefix", "%v", err)
 	}
 	// Under a few milliseconds no etcd request can answer: the replica
-	// would never be ready.
+	// would never be ready. Over MaxEtcdTimeout a stalled etcd holds every
+	// call past what any proxy waits.
 	for _, kv := range []struct {
 		key string
 		d   time.Duration
@@ -232,6 +246,8 @@ func (c *Config) validateStore(bad badKey) {
 			bad(kv.key, "must be positive, got %s", kv.d)
 		case kv.d < MinEtcdTimeout:
 			bad(kv.key, "must be positive and at least %s, got %s", MinEtcdTimeout, kv.d)
+		case kv.d > MaxEtcdTimeout:
+			bad(kv.key, "must be at most %s (a stalled etcd would hold every tool call that long), got %s", MaxEtcdTimeout, kv.d)
 		}
 	}
 	etcd := s.Backend == BackendEtcd || (s.Backend == "" && len(s.Etcd.Endpoints) > 0)

@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/contractrefine/autonomy/internal/state"
 	"github.com/contractrefine/autonomy/wal"
@@ -194,7 +195,7 @@ func Open(o Options) (*Store, error) {
 		DialKeepAliveTimeout: o.RequestTimeout,
 		TLS:                  o.TLS,
 		Logger:               zap.NewNop(),
-		DialOptions:          DialOptions(),
+		DialOptions:          DialOptions(o.DialTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
@@ -215,20 +216,41 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// DialOptions are the gRPC options of the store's etcd client: fixed
-// flow-control windows, as on the service's own gRPC listener. A window
-// set turns off grpc's window estimate, which sends a PING with the
-// answers it reads and waits for its ack: a write, a read and the
+// DialOptions are the gRPC options of the store's etcd client, which
+// dials with dialTimeout (store.etcd.dial_timeout). Tools that measure
+// etcd beside the store (e2e/load) dial with the same options.
+//
+// Fixed flow-control windows, as on the service's own gRPC listener: a
+// window set turns off grpc's window estimate, which sends a PING with
+// the answers it reads and waits for its ack: a write, a read and the
 // wake-ups between them for every etcd request. The stream window holds
 // the largest request etcd takes by default (--max-request-bytes,
-// 1.5 MiB) with room to spare. Tools that measure etcd beside the store
-// (e2e/load) dial with the same options.
-func DialOptions() []grpc.DialOption {
+// 1.5 MiB) with room to spare.
+//
+// Reconnection within seconds of etcd's return: grpc's defaults wait 20 s
+// for a connection's handshake and back off up to 120 s between
+// attempts, so a replica whose etcd stalled for minutes (a paused
+// process, a partition) stayed unready up to two minutes after etcd
+// answered again, with no connection open to notice it. An attempt here
+// waits dial_timeout for its handshake, and the next follows within
+// reconnectMaxDelay.
+func DialOptions(dialTimeout time.Duration) []grpc.DialOption {
+	if dialTimeout <= 0 {
+		dialTimeout = DefaultDialTimeout
+	}
 	return []grpc.DialOption{
 		grpc.WithInitialWindowSize(clientStreamWindow),
 		grpc.WithInitialConnWindowSize(clientConnWindow),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: dialTimeout,
+		}),
 	}
 }
+
+// reconnectMaxDelay bounds the wait between two attempts to reach an
+// etcd member that did not answer (DialOptions).
+const reconnectMaxDelay = 2 * time.Second
 
 // clientStreamWindow and clientConnWindow are the etcd client's fixed
 // flow-control windows, per stream and per connection.
