@@ -246,6 +246,14 @@ func (s *Store) settleCrashCopies(ctx context.Context) error {
 	if err != nil || len(indexes)+foreign == 0 {
 		return err
 	}
+	if len(indexes) == 0 {
+		// Nothing this log sent: another data directory's under the same
+		// replica name (a second process with this id, or a replica that
+		// was given a fresh data directory), not a crash's.
+		s.logger.Warn("etcd: frame copies another log wrote under this replica_id are past this log's head; left alone (autonomy wal check-store reports them)",
+			"head", head, "left_alone", foreign)
+		return nil
+	}
 	copies, err := s.getFrames(ctx, frameKeys)
 	if err != nil {
 		return err

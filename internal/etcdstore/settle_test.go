@@ -1,12 +1,16 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,9 +310,48 @@ func TestCrashCopiesOfAnotherLogLeftAlone(t *testing.T) {
 	if err != nil || lost[0].Seq != 1 {
 		t.Fatalf("the old log's first frame: %+v, %v", lost, err)
 	}
-	a := open(t, "replica-a", prefix, t.TempDir())
+	var logs lockedLines
+	log, err := wal.Open(t.TempDir(), &wal.Options{Replica: "replica-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Open(Options{Endpoints: cluster.Endpoints(), Prefix: prefix, Replica: "replica-a", Log: log,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		log.Close()
+		t.Fatal(err)
+	}
 	defer closeStore(a)
+	// The log is held until the copies past its head are settled.
+	for deadline := time.Now().Add(20 * time.Second); a.log.Probe(context.Background()) != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new log is still held 20s after it opened")
+		}
+	}
 	if seq, _ := a.log.Head(); seq != 0 {
 		t.Fatalf("a new log took up %d frames another log wrote", seq)
 	}
+	// Its log says whose they are: another log's, not a crash's.
+	if got := logs.String(); !strings.Contains(got, `"msg":"etcd: frame copies another log wrote under this replica_id are past this log's head`) ||
+		!strings.Contains(got, `"left_alone":1`) || strings.Contains(got, "a crash left") {
+		t.Fatalf("the new log's lines about the other log's copies:\n%s", got)
+	}
+}
+
+// lockedLines is a log sink safe for concurrent writes.
+type lockedLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
