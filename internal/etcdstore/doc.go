@@ -16,8 +16,9 @@
 //	P ic/<idempotency key>             a claim of the key by a submission being decided
 //	P sl/<session key>/…               the lock of a repair session (clientv3/concurrency)
 //	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of a frame in the writing replica's log
-//	P e/<replica>                      the replica's fence: a lone consume's transaction requires its
-//	                                   revision, which moves before lost copies are deleted (fence.go)
+//	P e/<replica>                      the replica's fence, under a record lease: a lone consume's
+//	                                   transaction requires its revision, which moves before lost copies
+//	                                   are deleted; an expired fence is put again (fence.go)
 //	P l/<replica>                      the replica's presence: its log's instance, under its session's
 //	                                   lease; another log finds it held and is not ready (presence.go)
 //	P r/<replica>/<seq, 16 hex digits>  copy index: JSON {"base_seq","base_hash","frames"}, put by every copy

@@ -59,6 +59,43 @@ func TestSettleDoubt(t *testing.T) {
 	checkClean(t, s)
 }
 
+// TestFenceUnderALease: the fence is a record under a record lease (etcd
+// keeps no key for every replica name that ever ran), and when it is gone
+// (its lease ran out) a lone consume puts it again: no transaction
+// requires it absent, so none sent before its expiry can pass.
+func TestFenceUnderALease(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	ctx := context.Background()
+	key := s.p.fence("replica-a")
+	old, err := s.fence(ctx) // what the first lone consume requires
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 || resp.Kvs[0].ModRevision != old {
+		t.Fatalf("the fence a lone consume requires: %v, %v; want one key at %d under a lease", resp.Kvs, err, old)
+	}
+	// Its lease runs out; the next lone consume's transaction, which
+	// requires the old revision, fails its compare and is decided on
+	// the shared path.
+	if _, err := s.cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	b := recordSteps(t, s, "pf_fence_lease", 1)
+	if res, err := s.Consume(ctx, consumeIn(&b, "req-1")); err != nil || res.Status != wal.Consumed {
+		t.Fatalf("consume once the fence expired: %v, %v; want consumed", res.Status, err)
+	}
+	rev, err := s.fence(ctx)
+	if err != nil || rev <= old {
+		t.Fatalf("the fence a lone consume requires once the old one expired: %d, %v; want a new revision past %d", rev, err, old)
+	}
+	if resp, err := s.cli.Get(ctx, key); err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].ModRevision != rev || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("the fence put again: %v, %v; want it at %d under a lease", resp.Kvs, err, rev)
+	}
+	checkClean(t, s)
+}
+
 // TestStaleFence: a lone consume whose fence revision is stale (the key
 // moved behind the replica's back) writes nothing in its own transaction,
 // is then decided on the shared path, and the fence is read again.

@@ -1,11 +1,11 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 
-	"bytes"
-
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A lone consume's transaction puts its marker and its frames' copies
@@ -20,11 +20,21 @@ import (
 // its compare and writes nothing. One applied before it is cleaned up by
 // the delete, which follows the fence, and its marker is kept in doubt
 // (doubt.go).
+//
+// The fence is a record like the others, under a record lease, so etcd
+// does not keep one key for every replica name that ever ran (a
+// Deployment's pods are named anew at each start). A transaction never
+// requires the fence absent, only at a revision it had: a key that expired
+// and was put again has a new revision, and an absent one compares as 0,
+// which no put gives, so no transaction sent before either passes its
+// compare. A replica that finds the fence absent puts it before its lone
+// consume relies on it.
 
 // fence returns the fence's revision a lone consume requires, reading it
-// the first time (0: the key does not exist yet).
+// the first time, and putting it when it does not exist (yet, or since
+// its lease ran out).
 func (s *Store) fence(ctx context.Context) (int64, error) {
-	if rev := s.fenceRev.Load(); rev >= 0 {
+	if rev := s.fenceRev.Load(); rev > 0 {
 		return rev, nil
 	}
 	octx, cancel := s.opCtx(ctx)
@@ -33,25 +43,30 @@ func (s *Store) fence(ctx context.Context) (int64, error) {
 	if err = s.seen(octx, err); err != nil {
 		return 0, err
 	}
-	var rev int64
-	if len(resp.Kvs) == 1 {
-		rev = resp.Kvs[0].ModRevision
+	if len(resp.Kvs) == 0 {
+		if err := s.moveFence(ctx); err != nil {
+			return 0, err
+		}
+		return s.fenceRev.Load(), nil
 	}
-	s.fenceRev.CompareAndSwap(-1, rev)
+	s.fenceRev.CompareAndSwap(-1, resp.Kvs[0].ModRevision)
 	return s.fenceRev.Load(), nil
 }
 
-// moveFence puts the fence key, so that no lone consume transaction sent
-// before fails to fail its compare, and records the new revision.
+// moveFence puts the fence key under the current record lease, so that no
+// lone consume transaction sent before fails to fail its compare, and
+// records the new revision.
 func (s *Store) moveFence(ctx context.Context) error {
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Put(octx, s.p.fence(s.o.Replica), s.o.Replica)
-	if err = s.seen(octx, err); err != nil {
-		return err
-	}
-	s.fenceRev.Store(resp.Header.Revision)
-	return nil
+	return s.withLease(ctx, func(lease clientv3.LeaseID) error {
+		octx, cancel := s.opCtx(ctx)
+		defer cancel()
+		resp, err := s.cli.Put(octx, s.p.fence(s.o.Replica), s.o.Replica, clientv3.WithLease(lease))
+		if err = s.seen(octx, err); err != nil {
+			return err
+		}
+		s.fenceRev.Store(resp.Header.Revision)
+		return nil
+	})
 }
 
 // fenceMoved reports, from the reads of a lone consume's transaction that
