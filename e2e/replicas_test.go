@@ -17,7 +17,10 @@ import (
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -217,6 +220,11 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "verifier-unavailable") {
 		t.Fatalf("preflight with etcd down: %d %s, want 503 verifier-unavailable", status, body)
 	}
+	// gRPC health, which Envoy's and Kubernetes' checks read, says so as
+	// soon as a request found etcd away, not at the next background probe.
+	if got := grpcHealth(t, r.Server); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health after calls refused for etcd: %v, want NOT_SERVING", got)
+	}
 	// The reason names etcd first, also while the log is held for it.
 	if status, body := getBody(t, r.URL("/readyz")); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"reason":"etcd: `) {
 		t.Fatalf("/readyz with etcd down: %d %s, want 503 naming etcd", status, body)
@@ -274,6 +282,11 @@ func TestReplicaStartedWithEtcdDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.WaitReadyz(http.StatusOK, "etcd's start")
+	// Its first readiness is not a return.
+	r.WaitLog("service ready")
+	if n := len(r.LogLines("service ready again")); n != 0 {
+		t.Fatalf("%d \"service ready again\" lines from a replica that was never ready before:\n%s", n, r.Logs())
+	}
 }
 
 // TestDuplicateReplicaIDIsUnready: a second process with a live replica's
@@ -418,4 +431,19 @@ func TestReplicasEtcdMemberKilledUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d preflights acknowledged across the kill of one etcd member of three", len(done))
+}
+
+// grpcHealth is the process's grpc.health.v1 status for the whole server.
+func grpcHealth(t *testing.T, s *Server) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetStatus()
 }

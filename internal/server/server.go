@@ -87,14 +87,18 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 
-	probes    singleflight.Group // probe
-	ready     atomic.Bool
-	listening func(Addrs)
-	lns       *Listeners
-	sec       security
-	obs       observability
-	reloadMu  sync.Mutex
-	notifier  *webhook.Notifier
+	probes singleflight.Group // probe
+	ready  atomic.Bool
+	// firstReady is set while a replica on etcd, which listens unready
+	// (firstProbe), has not been ready yet: its first readiness is not
+	// logged as a return.
+	firstReady atomic.Bool
+	listening  func(Addrs)
+	lns        *Listeners
+	sec        security
+	obs        observability
+	reloadMu   sync.Mutex
+	notifier   *webhook.Notifier
 	// bodies bounds the requests with a body, and their bytes, across the
 	// HTTP listener and the gateway together (bodylimit.go).
 	bodies *bodyLimiter
@@ -451,6 +455,7 @@ func (s *Server) firstProbe(ctx context.Context) {
 		return
 	}
 	s.ready.Store(false)
+	s.firstReady.Store(true)
 	go s.probe(ctx)
 }
 
@@ -478,6 +483,13 @@ func (s *Server) probeOnce(ctx context.Context) error {
 			err = fmt.Errorf("wal cannot write: %w", perr)
 		}
 	}
+	s.setReady(err)
+	return err
+}
+
+// setReady records readiness, err nil for ready or why not: the flag,
+// one log line per change and grpc.health.v1.
+func (s *Server) setReady(err error) {
 	was := s.ready.Swap(err == nil)
 	status := healthpb.HealthCheckResponse_SERVING
 	if err != nil {
@@ -486,12 +498,15 @@ func (s *Server) probeOnce(ctx context.Context) error {
 			s.log.Error("service unready", "err", err)
 		}
 	} else if !was {
-		s.log.Info("service ready again")
+		msg := "service ready again"
+		if s.firstReady.CompareAndSwap(true, false) {
+			msg = "service ready" // a replica on etcd, which starts unready
+		}
+		s.log.Info(msg)
 	}
 	for _, name := range healthServices {
 		s.health.SetServingStatus(name, status)
 	}
-	return err
 }
 
 const (

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 
 	"github.com/contractrefine/autonomy/binding"
 	"github.com/contractrefine/autonomy/internal/config"
@@ -49,9 +50,24 @@ func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, 
 	}
 	es, err := etcdstore.Open(etcdstore.Options{Endpoints: e.Endpoints, Prefix: e.Prefix,
 		DialTimeout: e.DialTimeout, RequestTimeout: e.RequestTimeout, TLS: tc, RecordTTL: e.RecordTTL,
-		Replica: s.cfg.Replica(), Log: db, Logger: s.log, OnAvailable: s.obs.metrics.StoreAvailable, Now: s.now})
+		Replica: s.cfg.Replica(), Log: db, Logger: s.log, OnAvailable: s.storeAvailable, Now: s.now})
 	if err != nil {
 		return nil, err
 	}
 	return es, nil
+}
+
+// storeAvailable is told each change of etcd's availability as a request
+// met it: the metric, and readiness at once. The background probe would
+// find it up to a probe period and a request timeout later, while Envoy's
+// and Kubernetes' health checks, which read grpc.health.v1 and /readyz,
+// kept sending calls that can only be refused. Its return is confirmed by
+// a probe, which also finds whether the log writes.
+func (s *Server) storeAvailable(ok bool) {
+	s.obs.metrics.StoreAvailable(ok)
+	if !ok {
+		s.setReady(errors.New("etcd: unavailable; denying until it answers"))
+		return
+	}
+	go s.probe(context.Background())
 }
