@@ -51,7 +51,7 @@ func writeErrors(w http.ResponseWriter, status int, errs []apiError) {
 	// A 503 passes when the store or the verifier answers again; a
 	// service whose preflight is disabled by its mode does not change
 	// until it is reconfigured, so a retry would only meet it again.
-	if status == http.StatusServiceUnavailable && errs[0].Code != preflight.CodePreflightDisabled {
+	if passes(status, errs[0].Code) {
 		w.Header().Set("Retry-After", retryAfterUnavailableSecond)
 	}
 	w.WriteHeader(status)
@@ -73,9 +73,18 @@ func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string)
 // access.tokens_file.
 const wwwAuthenticate = `Bearer realm="autonomy"`
 
-// WriteError answers status with one non-retryable error about the whole
-// request (path ""), in the same body as this package's own errors. It is
-// for handlers in front of the API, such as internal/access.
+// WriteError answers status with one error about the whole request (path
+// ""), in the same body as this package's own errors. It is for handlers
+// in front of the API, such as internal/access. The error is retryable
+// when it is a 503 that passes by itself (writeErrors sends Retry-After
+// with it): the same request may be sent again.
 func WriteError(w http.ResponseWriter, status int, code, message string) {
-	writeError(w, status, code, "", message, false)
+	writeError(w, status, code, "", message, passes(status, code))
+}
+
+// passes reports whether an error goes away without the caller changing
+// anything: a 503 other than a disabled preflight, which lasts until the
+// service is reconfigured.
+func passes(status int, code string) bool {
+	return status == http.StatusServiceUnavailable && code != preflight.CodePreflightDisabled
 }

@@ -40,8 +40,8 @@ func TestBodyRequestsBounded(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	status, h, code := postDryRun(t, e.base)
-	if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
-		t.Fatalf("a POST while a slow body holds the only place: %d, code %q, Retry-After %q; want 503 overloaded and a Retry-After",
+	if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded+" retryable" || h.Get("Retry-After") == "" {
+		t.Fatalf("a POST while a slow body holds the only place: %d, code %q, Retry-After %q; want 503 overloaded, retryable, and a Retry-After",
 			status, code, h.Get("Retry-After"))
 	}
 	slow.Close()
@@ -61,7 +61,8 @@ func (l *bodyLimiter) held() int {
 }
 
 // postDryRun posts a dry-run preflight to base and returns the status, the
-// headers and the error code of the answer.
+// headers and the error code of the answer, followed by " retryable" when
+// the error says so.
 func postDryRun(t *testing.T, base string) (int, http.Header, string) {
 	t.Helper()
 	resp, err := http.Post(base+"/v1/preflight?dry_run=true", "application/json", strings.NewReader(preflightBody("session:limit", "x")))
@@ -70,10 +71,17 @@ func postDryRun(t *testing.T, base string) (int, http.Header, string) {
 	}
 	defer resp.Body.Close()
 	var answer struct {
-		Error struct{ Code string } `json:"error"`
+		Error struct {
+			Code      string
+			Retryable bool
+		} `json:"error"`
 	}
 	json.NewDecoder(resp.Body).Decode(&answer)
-	return resp.StatusCode, resp.Header, answer.Error.Code
+	code := answer.Error.Code
+	if answer.Error.Retryable {
+		code += " retryable"
+	}
+	return resp.StatusCode, resp.Header, code
 }
 
 // holdBody opens a connection to addr that sends the head of a POST
@@ -119,7 +127,7 @@ func TestGatewayBodiesShareTheBudget(t *testing.T) {
 	waitHeld(t, e.srv.bodies, 0, budget)
 	for name, base := range map[string]string{"the API": e.base, "the gateway": gateway} {
 		status, h, code := postDryRun(t, base)
-		if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded || h.Get("Retry-After") == "" {
+		if status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded+" retryable" || h.Get("Retry-After") == "" {
 			t.Errorf("a body to %s while the gateway holds the budget: %d %q Retry-After %q, want 503 overloaded",
 				name, status, code, h.Get("Retry-After"))
 		}
@@ -143,7 +151,7 @@ func TestGatewayAPICountsAgainstBodyRequests(t *testing.T) {
 	}, Options{ReadinessInterval: -1})
 	holdBody(t, e.addrs.Gateway, "/v1/preflight?dry_run=true", 100)
 	waitHeld(t, e.srv.bodies, 1, 100)
-	if status, _, code := postDryRun(t, e.base); status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded {
+	if status, _, code := postDryRun(t, e.base); status != http.StatusServiceUnavailable || code != preflight.CodeOverloaded+" retryable" {
 		t.Fatalf("a dry run while the gateway's API holds the one place: %d %s, want 503 overloaded", status, code)
 	}
 }
