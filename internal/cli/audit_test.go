@@ -153,3 +153,28 @@ func TestAuditTableShowsApprovals(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditTableNamesReplicas: on the etcd backend each replica numbers
+// its own log, so a join's rows name the replica that wrote them; a
+// single log's table has no such column.
+func TestAuditTableNamesReplicas(t *testing.T) {
+	frame := func(seq uint64, replica string) wal.Frame {
+		attrs, _ := json.Marshal(map[string]any{"outcome": "allow", "reason": "", "tool_kind": "tool.echo", "replica": replica})
+		return wal.Frame{Seq: seq, Kind: wal.KindDecision, Timestamp: "2026-06-23T14:29:00Z", Attrs: attrs}
+	}
+	var table bytes.Buffer
+	if err := PrintAuditTable(&table, "au_x", []wal.Frame{frame(2, "replica-a"), frame(2, "replica-b")}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "REPLICA") || !strings.HasPrefix(lines[2], "replica-a") || !strings.HasPrefix(lines[3], "replica-b") {
+		t.Fatalf("a join across replicas:\n%s", table.String())
+	}
+	table.Reset()
+	if err := PrintAuditTable(&table, "au_x", []wal.Frame{frame(1, "")}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(table.String(), "REPLICA") {
+		t.Fatalf("a single log's table with a replica column:\n%s", table.String())
+	}
+}

@@ -174,10 +174,24 @@ func PrintAuditTable(w io.Writer, auditID string, frames []wal.Frame) error {
 		unit = "frame"
 	}
 	fmt.Fprintf(w, "audit %s: %d %s\n", display.Text(auditID), len(frames), unit)
+	// Each replica numbers its own log: on the etcd backend a join's seqs
+	// are told apart by the replica that wrote them.
+	replicas := make([]string, len(frames))
+	named := false
+	for i := range frames {
+		frames[i].Attr("replica", &replicas[i])
+		named = named || replicas[i] != ""
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if named {
+		fmt.Fprint(tw, "REPLICA\t")
+	}
 	fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tOUTCOME\tREASON\tDETAIL")
-	for _, f := range frames {
+	for i, f := range frames {
 		outcome, reason, detail := auditRow(&f)
+		if named {
+			fmt.Fprintf(tw, "%s\t", display.Text(replicas[i]))
+		}
 		// Agents wrote much of this (tool kinds, step ids): no control or
 		// bidi character of theirs reaches the operator's terminal.
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", f.Seq, display.Text(f.Timestamp), display.Text(strings.TrimPrefix(f.Kind, "autonomy.")),
