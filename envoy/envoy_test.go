@@ -524,7 +524,7 @@ func checkExtProc(t *testing.T, c envoyConfig, gatedPath string) {
 		t.Errorf("ext_proc message_timeout = %v, want between 1s and 5s", d)
 	}
 	// A stream that fails answers what the service answers a response it
-	// could not judge (SPEC §12), not Envoy's default 500.
+	// could not judge, 502, not Envoy's default 500 (docs/DEPLOY.md).
 	if got := p.GetStatusOnError().GetCode(); got != 502 {
 		t.Errorf("ext_proc status_on_error = %v, want 502", got)
 	}
