@@ -42,6 +42,18 @@ func benchServerOn(b *testing.B, endpoints []string) *server.Server {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
+	// On etcd the store settles what a crash may have left before its log
+	// writes: the service answers 503 until /readyz says it is ready.
+	for deadline := time.Now().Add(30 * time.Second); len(endpoints) > 0; time.Sleep(10 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the service on etcd is not ready within 30s: %d %s", rec.Code, rec.Body)
+		}
+	}
 	return s
 }
 
