@@ -223,12 +223,9 @@ func (a *API) postPreflight(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, e)
 		return
 	}
-	if !jsonMediaType(r.Header) {
-		// Refused before the body is read: a form or text body is not a
-		// PreflightRequest, and deciding it would spend an attempt.
-		a.fail(w, http.StatusUnsupportedMediaType, preflight.CodeUnsupportedMediaType, "", "The request body must be JSON: send Content-Type: application/json.", false)
-		return
-	}
+	// The declared Content-Type is not read: the body decides. A body that
+	// is not a PreflightRequest in JSON is 400 malformed-request, as the
+	// spec's error table has it, before anything is recorded or spent.
 	tooLarge := func() {
 		a.fail(w, http.StatusRequestEntityTooLarge, preflight.CodeRequestTooLarge, "", "The request body is larger than http.max_body_bytes.", false)
 	}
