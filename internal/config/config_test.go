@@ -86,6 +86,8 @@ wal: {retention: 24h, store_raw_requests: true}
 		"bundle named \"\"":     {yaml: "bundle: \"\"\n", wantErr: `line 1: bundle: "" names nothing`},
 		"tokens file \"\"":      {yaml: "access:\n  tokens_file: \"\"\n", wantErr: `line 2: access.tokens_file: "" names nothing`},
 		"client CA \"\"":        {yaml: "tls: {client_ca_file: \"\"}\n", wantErr: `line 1: tls.client_ca_file: "" names nothing`},
+		"actor header \"\"":     {yaml: "gate:\n  actor_header: \"\"\n", wantErr: `line 2: gate.actor_header: "" names nothing`},
+		"kind header \"\"":      {yaml: "gate: {kind_header: \"\"}\n", wantErr: `line 1: gate.kind_header: "" names nothing`},
 		"negative body limit":   {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
 		"body limit past 1 GiB": {yaml: "http: {max_body_bytes: 9223372036854775807}\n", wantErr: "http.max_body_bytes: must be positive and at most 1073741824"},
 		"wrong type":            {yaml: "contract_refine: {offline: maybe}\n", wantErr: "line 1"},

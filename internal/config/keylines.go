@@ -143,10 +143,11 @@ func (s *source) keyOf(n int, tag, text string) (string, bool) {
 }
 
 // unsetByEmpty are the keys whose "" would quietly turn something off or
-// name nothing (the file's bundle, its tokens, its TLS, the replica): a
-// template whose variable was unset. Left out, each takes its default.
+// name nothing (the file's bundle, its tokens, its TLS, the caller's
+// identity header, the replica): a template whose variable was unset.
+// Left out, each takes its default.
 var unsetByEmpty = []string{"bundle", "access.tokens_file", "tls.cert_file", "tls.key_file", "tls.client_ca_file",
-	"upstream", "gateway_addr", "replica_id", "store.backend",
+	"gate.actor_header", "gate.kind_header", "upstream", "gateway_addr", "replica_id", "store.backend",
 	"store.etcd.tls.ca_file", "store.etcd.tls.cert_file", "store.etcd.tls.key_file"}
 
 // emptyKeys refuses the keys of unsetByEmpty written as "".
