@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,5 +78,19 @@ func TestReadOnlyOpen(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(zero, FileName)); err != nil || st.Size() != 0 {
 		t.Fatalf("the empty file after a read-only open: %v, %v", st, err)
+	}
+	// A writable open (serve) starts a new log on it, and says the old
+	// one is gone; a new data directory says nothing.
+	for name, dir := range map[string]string{"emptied": zero, "new": t.TempDir()} {
+		var logs bytes.Buffer
+		db, err := Open(dir, &Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatalf("%s: a writable open: %v", name, err)
+		}
+		db.Close()
+		said := strings.Contains(logs.String(), "the file was empty (0 bytes)")
+		if said != (name == "emptied") {
+			t.Errorf("%s: a writable open logged:\n%s", name, logs.String())
+		}
 	}
 }

@@ -236,10 +236,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 	}
 	path := filepath.Join(dir, FileName)
-	if o.ReadOnly {
-		if st, err := os.Stat(path); err == nil && st.Size() == 0 {
-			return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
-		}
+	st, err := os.Stat(path)
+	emptied := err == nil && st.Size() == 0
+	if emptied && o.ReadOnly {
+		return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
 	}
 	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
 	if o.tune != nil {
@@ -266,6 +266,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 			bdb.Close()
 		}
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
+	}
+	if emptied {
+		// Not a new data directory: a log that lost its contents (a
+		// storage incident, an operator's mistake). Say so once.
+		o.Logger.Warn("wal: the file was empty (0 bytes); a new log starts on it, and every decision recorded before it was emptied is gone: restore it from a backup if it held a log", "path", path)
 	}
 	db.ino, _ = statID(path)
 	if !o.NoSync && !o.ReadOnly {

@@ -42,8 +42,16 @@ func openWALFor(cmd *cobra.Command, file, dataDir string, readOnly bool) (*wal.D
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
+	path := filepath.Join(dir, wal.FileName)
+	st, err := os.Stat(path)
+	if err != nil {
 		return nil, fmt.Errorf("no write-ahead log in %s: %w", dir, err)
+	}
+	if st.Size() == 0 {
+		// Refused for compact as for the read-only commands: a writable
+		// open would start a new log on it and hide that the old one is
+		// gone.
+		return nil, fmt.Errorf("open wal %s: %w", path, wal.ErrEmptyFile)
 	}
 	o := &wal.Options{OpenTimeout: 2 * time.Second, ReadOnly: readOnly}
 	if !readOnly {

@@ -277,3 +277,23 @@ func TestWALCompactSaysItUpgraded(t *testing.T) {
 		t.Fatalf("second compact: exit %d, stderr %q; want no upgrade", code, errs)
 	}
 }
+
+// TestWALCompactRefusesAnEmptiedLog: a wal.db of zero bytes has lost its
+// log; compact refuses it as the read-only commands do, rather than start
+// a new log on it, after which verify would report an intact chain.
+func TestWALCompactRefusesAnEmptiedLog(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, wal.FileName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, "wal", "compact", "--data-dir", dir, "--retention", "720h")
+	if code != 1 || !strings.Contains(errs, "the file is empty (0 bytes) and holds no log") {
+		t.Fatalf("compact of an emptied log: exit %d, stderr %q", code, errs)
+	}
+	if st, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil || st.Size() != 0 {
+		t.Fatalf("the emptied log after compact: %v, %v; want it left as it was", st, err)
+	}
+	if code, _, errs := runCLI(t, "wal", "verify", "--data-dir", dir); code != 1 || !strings.Contains(errs, "holds no log") {
+		t.Fatalf("verify after compact: exit %d, stderr %q; want the empty file still reported", code, errs)
+	}
+}
