@@ -428,4 +428,8 @@ func TestServeRefusesUnwritableDataDir(t *testing.T) {
 	if s.code == 0 || len(s.LogLines("listening")) != 0 || !strings.Contains(s.Logs(), wal.FileName) {
 		t.Fatalf("exit %d, logs:\n%s", s.code, s.Logs())
 	}
+	// Log pipelines read JSON lines: the reason is one of them too.
+	if failed := s.LogLines("serve failed"); len(failed) != 1 || !strings.Contains(fmt.Sprint(failed[0]["err"]), wal.FileName) {
+		t.Fatalf("want one \"serve failed\" JSON line naming %s, got %v:\n%s", wal.FileName, failed, s.Logs())
+	}
 }

@@ -263,24 +263,36 @@ func newServe(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			log := NewLogger(stderr, cfg.Log.Level)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			// Bound first: a port in use stops serve before the WAL is
-			// opened, so it leaves nothing in the data directory.
-			lns, err := server.ListenAll(&cfg)
-			if err != nil {
+			if err := serve(cmd.Context(), cfg, log); err != nil {
+				// Log pipelines read the JSON lines: why serve ended is one
+				// too, beside the plain line every command prints.
+				log.Error("serve failed", "err", err)
 				return err
 			}
-			srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version, Listeners: lns})
-			if err != nil {
-				lns.Close()
-				return err
-			}
-			return runServer(ctx, srv, log)
+			return nil
 		},
 	}
 	f.register(cmd, true)
 	return cmd
+}
+
+// serve listens, opens the service and runs it until ctx ends or a
+// signal stops it.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// Bound first: a port in use stops serve before the WAL is opened, so
+	// it leaves nothing in the data directory.
+	lns, err := server.ListenAll(&cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version, Listeners: lns})
+	if err != nil {
+		lns.Close()
+		return err
+	}
+	return runServer(ctx, srv, log)
 }
 
 // runServer runs srv, reloading its bundle on SIGHUP; it is a variable so
