@@ -487,7 +487,14 @@ func (c *Config) validateLimits(bad badKey) {
 		bad("http.max_body_requests", "must be positive, got %d", c.HTTP.MaxBodyRequests)
 	}
 	if c.HTTP.MaxBytesInFlight < c.HTTP.MaxBodyBytes {
-		bad("http.max_bytes_in_flight", "must be at least http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxBytesInFlight)
+		// Named where the file wrote the pair: a raised max_body_bytes over
+		// the default budget is the key the operator wrote.
+		if c.src.line("http.max_bytes_in_flight") == 0 && c.src.line("http.max_body_bytes") > 0 {
+			bad("http.max_body_bytes", "%d is over http.max_bytes_in_flight (%d, its default): raise http.max_bytes_in_flight with it",
+				c.HTTP.MaxBodyBytes, c.HTTP.MaxBytesInFlight)
+		} else {
+			bad("http.max_bytes_in_flight", "must be at least http.max_body_bytes (%d), got %d", c.HTTP.MaxBodyBytes, c.HTTP.MaxBytesInFlight)
+		}
 	}
 	if c.GRPC.MaxConcurrentStreams == 0 {
 		bad("grpc.max_concurrent_streams", "must be positive, got 0")

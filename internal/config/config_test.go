@@ -86,6 +86,8 @@ wal: {retention: 24h, store_raw_requests: true}
 		"bundle named \"\"":     {yaml: "bundle: \"\"\n", wantErr: `line 1: bundle: "" names nothing`},
 		"tokens file \"\"":      {yaml: "access:\n  tokens_file: \"\"\n", wantErr: `line 2: access.tokens_file: "" names nothing`},
 		"client CA \"\"":        {yaml: "tls: {client_ca_file: \"\"}\n", wantErr: `line 1: tls.client_ca_file: "" names nothing`},
+		"body over the budget":  {yaml: "http:\n  max_body_bytes: 100000000\n", wantErr: "line 2: http.max_body_bytes: 100000000 is over http.max_bytes_in_flight (67108864, its default): raise http.max_bytes_in_flight with it"},
+		"budget under the body": {yaml: "http:\n  max_bytes_in_flight: 1000\n", wantErr: "line 2: http.max_bytes_in_flight: must be at least http.max_body_bytes (1048576), got 1000"},
 		"actor header \"\"":     {yaml: "gate:\n  actor_header: \"\"\n", wantErr: `line 2: gate.actor_header: "" names nothing`},
 		"kind header \"\"":      {yaml: "gate: {kind_header: \"\"}\n", wantErr: `line 1: gate.kind_header: "" names nothing`},
 		"negative body limit":   {yaml: "http: {max_body_bytes: -1}\n", wantErr: "http.max_body_bytes: must be positive"},
