@@ -444,6 +444,18 @@ func (c *Config) Validate() error {
 // badKey records one invalid key; Validate joins what its parts record.
 type badKey = func(key, format string, args ...any)
 
+// together refuses a pair of keys with one half set. The error names the
+// half that is set, so it points at the line the file wrote; more is
+// added to the message.
+func together(bad badKey, keyA, a, keyB, b, more string) {
+	switch {
+	case a == "" && b != "":
+		bad(keyB, "%s and %s go together%s", keyA, keyB, more)
+	case a != "" && b == "":
+		bad(keyA, "%s and %s go together%s", keyA, keyB, more)
+	}
+}
+
 // validateBasics checks the listeners' and data directory's presence and
 // the contract_refine keys.
 func (c *Config) validateBasics(bad badKey) {
@@ -591,13 +603,7 @@ func (c *Config) validateEdges(bad badKey) {
 	if len(c.Gateway.TrustedProxies) > 0 && c.Gate.ActorHeader == "" {
 		bad("gateway.trusted_proxies", "trusts proxies to set gate.actor_header, which is not set")
 	}
-	// A pair with one half set is named by the half the file has, so
-	// the message points at its line.
-	if c.Upstream == "" && c.GatewayAddr != "" {
-		bad("gateway_addr", "upstream and gateway_addr go together: give both, or neither")
-	} else if c.Upstream != "" && c.GatewayAddr == "" {
-		bad("upstream", "upstream and gateway_addr go together: give both, or neither")
-	}
+	together(bad, "upstream", c.Upstream, "gateway_addr", c.GatewayAddr, ": give both, or neither")
 	if c.Upstream != "" {
 		if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("upstream", "%q is not an http(s) URL", c.Upstream)
@@ -606,11 +612,7 @@ func (c *Config) validateEdges(bad badKey) {
 			bad("upstream", "carries credentials (user:password@), which the gateway does not send; remove them")
 		}
 	}
-	if c.TLS.CertFile == "" && c.TLS.KeyFile != "" {
-		bad("tls.key_file", "tls.cert_file and tls.key_file go together")
-	} else if c.TLS.CertFile != "" && c.TLS.KeyFile == "" {
-		bad("tls.cert_file", "tls.cert_file and tls.key_file go together")
-	}
+	together(bad, "tls.cert_file", c.TLS.CertFile, "tls.key_file", c.TLS.KeyFile, "")
 	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
 		bad("tls.client_ca_file", "needs tls.cert_file and tls.key_file")
 	}

@@ -260,9 +260,7 @@ func (c *Config) validateStore(bad badKey) {
 	if s.Etcd.RecordTTL > MaxEtcdRecordTTL {
 		bad("store.etcd.record_ttl", "must be at most %s (etcd refuses longer leases), got %s", MaxEtcdRecordTTL, s.Etcd.RecordTTL)
 	}
-	if t := s.Etcd.TLS; (t.CertFile == "") != (t.KeyFile == "") {
-		bad("store.etcd.tls.cert_file", "store.etcd.tls.cert_file and store.etcd.tls.key_file go together")
-	}
+	together(bad, "store.etcd.tls.cert_file", s.Etcd.TLS.CertFile, "store.etcd.tls.key_file", s.Etcd.TLS.KeyFile, "")
 	if s.Etcd.TLS.Enabled() {
 		// The etcd client dials an http:// endpoint in plain text, the TLS
 		// files unused (a bare host:port or unix:// uses them).

@@ -60,6 +60,7 @@ store:
 		"tls over HTTP":               {yaml: "store: {etcd: {endpoints: [\"HTTP://a:1\"], tls: {ca_file: /ca.pem}}}", wantErr: `store.etcd.tls is set, yet "HTTP://a:1" is http://`},
 		"tls over http":               {yaml: "store: {etcd: {endpoints: [\"http://a:1\"], tls: {ca_file: /ca.pem}}}", wantErr: `store.etcd.endpoints: store.etcd.tls is set, yet "http://a:1" is http://`},
 		"cert without key":            {yaml: "store: {etcd: {tls: {cert_file: /c.pem}}}", wantErr: "store.etcd.tls.cert_file: store.etcd.tls.cert_file and store.etcd.tls.key_file go together"},
+		"key without cert":            {yaml: "store: {etcd: {tls: {key_file: /k.pem}}}", wantErr: "line 1: store.etcd.tls.key_file: store.etcd.tls.cert_file and store.etcd.tls.key_file go together"},
 		"bad replica id":              {yaml: "replica_id: \"a b\"", wantErr: `replica_id: "a b" is not a replica name`},
 		"unknown store key":           {yaml: "store: {etcd: {endpoint: [\"a:1\"]}}", wantErr: `unknown key "endpoint"`},
 	}
