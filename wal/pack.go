@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	kflate "github.com/klauspost/compress/flate"
@@ -71,7 +72,45 @@ func packAttrs(attrs []byte) []byte {
 	if len(attrs) < packMin {
 		return nil
 	}
-	return shrunk(attrs, packDict1.Encode(make([]byte, 0, s2.MaxEncodedLen(len(attrs))), attrs))
+	job := packJobs.Get().(*packJob)
+	job.attrs = attrs
+	startPackers.Do(func() {
+		for range runtime.GOMAXPROCS(0) {
+			go packer()
+		}
+	})
+	packQueue <- job
+	<-job.done
+	packed := job.packed
+	*job = packJob{done: job.done}
+	packJobs.Put(job)
+	return packed
+}
+
+// S2's dictionary encoder zeroes a 64 KB hash table on its caller's stack
+// at every call. On a request's goroutine that stack is grown to hold it,
+// shrunk again by the next GC, and cold in the cache each time: in the real
+// process that was three quarters of what packing a preflight cost
+// (docs/PERFORMANCE.md). So packing runs on a few long-lived packer
+// goroutines, whose stacks stay grown and warm; the hand-off to one and back
+// costs two goroutine switches.
+var (
+	packQueue    = make(chan *packJob)
+	startPackers sync.Once
+	packJobs     = sync.Pool{New: func() any { return &packJob{done: make(chan struct{})} }}
+)
+
+type packJob struct {
+	attrs  []byte
+	packed []byte
+	done   chan struct{}
+}
+
+func packer() {
+	for job := range packQueue {
+		job.packed = shrunk(job.attrs, packDict1.Encode(make([]byte, 0, s2.MaxEncodedLen(len(job.attrs))), job.attrs))
+		job.done <- struct{}{}
+	}
 }
 
 // deflateAttrs packs large canonical attrs as shared copies carry them
