@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/contractrefine/autonomy/internal/gcpace"
 	"io"
 	"log/slog"
 	"net/http"
@@ -281,6 +282,7 @@ func newServe(stderr io.Writer) *cobra.Command {
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	defer gcpace.Start(gcpace.DefaultHeadroom).Stop()
 	// Bound first: a port in use stops serve before the WAL is opened, so
 	// it leaves nothing in the data directory.
 	lns, err := server.ListenAll(&cfg)
