@@ -62,10 +62,12 @@ type PreflightAttrs struct {
 	ActorRef string `json:"actor_ref,omitempty"`
 	// Decision is the decision JSON exactly as returned, canonical; null
 	// when the record had none.
-	Decision  json.RawMessage       `json:"decision"`
-	ExpiresAt time.Time             `json:"expires_at"`
-	Outcome   preflight.Outcome     `json:"outcome"`
-	Steps     []preflight.BoundStep `json:"steps"`
+	Decision json.RawMessage `json:"decision"`
+	// decisionChecked: Decision is known to be JSON (DecisionChecked).
+	decisionChecked bool
+	ExpiresAt       time.Time             `json:"expires_at"`
+	Outcome         preflight.Outcome     `json:"outcome"`
+	Steps           []preflight.BoundStep `json:"steps"`
 	// OutputMaxBytes is the envelope's outputContract.maxBytes, written
 	// only when it set one (0 included).
 	OutputMaxBytes *int64 `json:"output_max_bytes,omitempty"`
@@ -128,7 +130,7 @@ func (a *PreflightAttrs) writeCanonical(w *canon.Writer) {
 	switch {
 	case len(a.Decision) == 0:
 		w.Null()
-	case validJSON(a.Decision):
+	case a.decisionChecked || validJSON(a.Decision):
 		w.Value(canon.Canonical(a.Decision))
 	default:
 		w.Any(a.Decision) // fails: the decision is not JSON

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -134,5 +135,27 @@ func TestTypedAttrsNilSlices(t *testing.T) {
 	bad := PreflightRecord{Binding: testBinding("pf_attrs", "tool.echo"), Decision: json.RawMessage(`{"outcome":`), Time: t0}
 	if _, err := EncodeAttrs(bad.attrs()); err == nil {
 		t.Fatal("a decision that is not JSON was taken")
+	}
+}
+
+// TestCheckedDecisionIsStoredAlike: DecisionChecked spares the decision's
+// parse and nothing else; the attrs are the same bytes.
+func TestCheckedDecisionIsStoredAlike(t *testing.T) {
+	raw, err := os.ReadFile("../internal/httpapi/testdata/golden/echo_no_session.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := PreflightRecord{Binding: testBinding("pf_attrs", "tool.echo"), Decision: raw, Time: t0}
+	plain, err := EncodeAttrs(rec.attrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.DecisionChecked = true
+	checked, err := EncodeAttrs(rec.attrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain, checked) {
+		t.Fatalf("attrs differ with DecisionChecked:\n%s\n%s", plain, checked)
 	}
 }

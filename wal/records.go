@@ -21,7 +21,13 @@ type PreflightRecord struct {
 	// Decision is the decision JSON exactly as returned to the caller, in
 	// canonical form (internal/canon): it is stored as it is.
 	Decision json.RawMessage
-	Time     time.Time
+	// DecisionChecked says Decision is what preflight.Decision's
+	// CanonicalJSON returned, unchanged: JSON by construction, so the log
+	// stores it without parsing it again (that parse was a twentieth of a
+	// preflight's CPU, docs/PERFORMANCE.md). Without it the log checks that
+	// Decision is JSON before writing it.
+	DecisionChecked bool
+	Time            time.Time
 	// Submit is what a preflight submitted through the API adds to the
 	// frame's attrs (nil: nothing).
 	Submit *SubmitAttrs
@@ -86,7 +92,7 @@ func (rec *PreflightRecord) attrs() *PreflightAttrs {
 	// The decision is canonical JSON already (see Decision), so it goes in
 	// as it is: parsing it only to write the same bytes again was the
 	// costliest step of recording a preflight (docs/PERFORMANCE.md).
-	return &PreflightAttrs{ActorID: b.ActorID, ActorRef: rec.ActorRef, Decision: rec.Decision, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
+	return &PreflightAttrs{ActorID: b.ActorID, ActorRef: rec.ActorRef, Decision: rec.Decision, decisionChecked: rec.DecisionChecked, ExpiresAt: b.ExpiresAt, Outcome: b.Outcome,
 		Steps: b.Steps, OutputMaxBytes: recordedLimit(rec.OutputMaxBytes), PreflightID: b.PreflightID, Tenant: b.Tenant,
 		SubmitAttrs: rec.Submit}
 }

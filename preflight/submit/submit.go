@@ -368,7 +368,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if err != nil {
 		at = now
 	}
-	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Submit: attrs, Idempotency: in.idem, ActorRef: actorRef,
+	rec := wal.PreflightRecord{Binding: b, Decision: in.out, DecisionChecked: true, Time: at, Submit: attrs, Idempotency: in.idem, ActorRef: actorRef,
 		IdempotencyReplaces: in.stale}
 	if in.hasSession {
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt
