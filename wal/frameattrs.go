@@ -26,9 +26,17 @@ type typedAttrs interface {
 }
 
 // canonicalOf is the canonical JSON of a, or the first error writing it.
-func canonicalOf(a typedAttrs) ([]byte, error) {
+func canonicalOf(a typedAttrs) ([]byte, error) { return canonicalNaming(a, nil) }
+
+// canonicalNaming is canonicalOf(a) with the member "replica": replica
+// (canonical JSON) in its place unless a names a replica itself; nil adds
+// nothing.
+func canonicalNaming(a typedAttrs, replica []byte) ([]byte, error) {
 	var w canon.Writer
-	w.Grow(a.sizeHint())
+	w.Grow(a.sizeHint() + len(AttrReplica) + len(replica) + 4)
+	if replica != nil {
+		w.Insert(AttrReplica, replica)
+	}
 	a.writeCanonical(&w)
 	return w.Bytes()
 }

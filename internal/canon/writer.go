@@ -15,19 +15,53 @@ type Writer struct {
 	buf   bytes.Buffer
 	err   error
 	first bool // the next member is the first of its object
+	depth int  // objects open
+	// extraName and extraValue are the member Insert gave the outermost
+	// object, until it is written; extraValue nil: none.
+	extraName  string
+	extraValue []byte
+}
+
+// Insert has the outermost object the caller writes next gain the member
+// name: value (canonical JSON) in its sorted place among the members the
+// caller names; a member the caller names name itself stands instead. name
+// is a plain ASCII name, as Name takes.
+func (w *Writer) Insert(name string, value []byte) { w.extraName, w.extraValue = name, value }
+
+// inserted writes the Insert member when the outermost object is open and
+// next is past it (or "" at its end).
+func (w *Writer) inserted(next string) {
+	if w.depth != 1 || w.extraValue == nil {
+		return
+	}
+	switch {
+	case next == w.extraName:
+		w.extraValue = nil
+	case next == "" || next > w.extraName:
+		v := w.extraValue
+		w.extraValue = nil
+		w.Name(w.extraName)
+		w.buf.Write(v)
+	}
 }
 
 // Grow makes room for n more bytes.
 func (w *Writer) Grow(n int) { w.buf.Grow(n) }
 
 // Open starts an object.
-func (w *Writer) Open() { w.buf.WriteByte('{'); w.first = true }
+func (w *Writer) Open() { w.buf.WriteByte('{'); w.first = true; w.depth++ }
 
 // Close ends an object.
-func (w *Writer) Close() { w.buf.WriteByte('}'); w.first = false }
+func (w *Writer) Close() {
+	w.inserted("")
+	w.buf.WriteByte('}')
+	w.first = false
+	w.depth--
+}
 
 // Name writes the separator and the name of the next member.
 func (w *Writer) Name(n string) {
+	w.inserted(n)
 	if !w.first {
 		w.buf.WriteByte(',')
 	}
