@@ -108,9 +108,20 @@ type packJob struct {
 
 func packer() {
 	for job := range packQueue {
-		job.packed = shrunk(job.attrs, packDict1.Encode(make([]byte, 0, s2.MaxEncodedLen(len(job.attrs))), job.attrs))
+		job.packed = packOne(job.attrs)
 		job.done <- struct{}{}
 	}
+}
+
+// packOne packs attrs against dictionary 1. Packing is optional: should the
+// encoder panic, the frame is stored as its JSON and the packer lives on.
+func packOne(attrs []byte) (packed []byte) {
+	defer func() {
+		if recover() != nil {
+			packed = nil
+		}
+	}()
+	return shrunk(attrs, packDict1.Encode(make([]byte, 0, s2.MaxEncodedLen(len(attrs))), attrs))
 }
 
 // deflateAttrs packs large canonical attrs as shared copies carry them
