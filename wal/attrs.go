@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/contractrefine/autonomy/internal/canon"
 	"github.com/go-json-experiment/json/jsontext"
@@ -135,10 +136,10 @@ func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
 
 // namingInCanonical is namingReplica for attrs in canonical form, which
 // every encoded attrs are: it finds the place of "replica" among the
-// object's members without writing the rest again. The text is read with
-// jsontext, member names only, and the member is spliced in; anything it
-// does not expect of canonical attrs (not an object, a name that is not
-// ASCII or is out of order) goes to namingReplica. Naming every frame this
+// object's members without writing the rest again. The text is walked with
+// jsontext, values skipped, and the member is spliced in; anything it does
+// not expect of canonical attrs (not one object, a name that is not ASCII
+// or is out of order) goes to namingReplica. Naming every frame this
 // way took a twelfth of a consume's CPU on etcd through canon.Marshal
 // (docs/PERFORMANCE.md).
 func namingInCanonical(canonical []byte, name string) ([]byte, error) {
@@ -146,32 +147,38 @@ func namingInCanonical(canonical []byte, name string) ([]byte, error) {
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return namingReplica(canonical, name)
 	}
-	// at is where the member goes: after the '{' or the member before it.
-	at, prev := dec.InputOffset(), ""
-	for {
-		if kind := dec.PeekKind(); kind == '}' {
-			break
-		} else if kind != '"' {
-			return namingReplica(canonical, name)
-		}
+	// at is where the member goes: after the '{', or after the last member
+	// that sorts before it (before).
+	at, before := dec.InputOffset(), false
+	prev, members, named := "", 0, false
+	for dec.PeekKind() == '"' {
 		tok, err := dec.ReadToken()
 		if err != nil {
 			return namingReplica(canonical, name)
 		}
 		k := tok.String()
-		if !asciiName(k) || (prev != "" && k <= prev) {
+		if !asciiName(k) || (members > 0 && k <= prev) {
 			return namingReplica(canonical, name)
-		}
-		if k == AttrReplica {
-			return canonical, nil
-		}
-		if k > AttrReplica {
-			break
 		}
 		if err := dec.SkipValue(); err != nil {
 			return namingReplica(canonical, name)
 		}
-		at, prev = dec.InputOffset(), k
+		switch {
+		case k == AttrReplica:
+			named = true
+		case k < AttrReplica:
+			at, before = dec.InputOffset(), true
+		}
+		prev, members = k, members+1
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return namingReplica(canonical, name)
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return namingReplica(canonical, name)
+	}
+	if named {
+		return canonical, nil
 	}
 	v, err := replicaJSON(name)
 	if err != nil {
@@ -179,12 +186,12 @@ func namingInCanonical(canonical []byte, name string) ([]byte, error) {
 	}
 	out := make([]byte, 0, len(canonical)+len(AttrReplica)+len(v)+4)
 	out = append(out, canonical[:at]...)
-	if prev != "" {
+	if before {
 		out = append(out, ',')
 	}
 	out = append(out, `"`+AttrReplica+`":`...)
 	out = append(out, v...)
-	if prev == "" && canonical[at] != '}' {
+	if !before && members > 0 {
 		out = append(out, ',')
 	}
 	return append(out, canonical[at:]...), nil

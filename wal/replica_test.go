@@ -68,6 +68,9 @@ func TestNamingReplicaAsMap(t *testing.T) {
 		string(typed),
 		`{}`,
 		`{"a":1}`,
+		`{"":1}`,
+		`{"":1,"z":2}`,
+		`{"":1,"a":2,"replica":3}`,
 		`{"replica":"other"}`,
 		`{"a":1,"replica":"other","z":2}`,
 		`{"reason":"x","request_id":"y"}`,
@@ -98,7 +101,8 @@ func TestNamingReplicaAsMap(t *testing.T) {
 		}
 	}
 	// Names out of order, or not ASCII, go to namingReplica too.
-	for _, in := range []string{`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"é":1}`, `{"a":1`} {
+	for _, in := range []string{`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"é":1}`, `{"a":1`, `{"s":1`,
+		`{"s":1,"replica":2}`, `{"a":1}garbage`, `{"a":1}{}`} {
 		want, werr := namingReplica([]byte(in), "r")
 		if got, gerr := namingInCanonical([]byte(in), "r"); (werr != nil) != (gerr != nil) || string(got) != string(want) {
 			t.Errorf("splice %s: got %s, %v; want %s, %v", in, got, gerr, want, werr)
@@ -109,7 +113,7 @@ func TestNamingReplicaAsMap(t *testing.T) {
 // FuzzNamingInCanonical: on any object put in canonical form, the splice
 // writes what namingReplica writes.
 func FuzzNamingInCanonical(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":1,"z":[true,null]}`, `{"replica":1}`, `{"s":"\u2028","t":{"u":-0.5}}`} {
+	for _, s := range []string{`{}`, `{"":1}`, `{"a":1,"z":[true,null]}`, `{"replica":1}`, `{"s":"\u2028","t":{"u":-0.5}}`} {
 		f.Add([]byte(s), "r1")
 	}
 	f.Fuzz(func(t *testing.T, in []byte, name string) {

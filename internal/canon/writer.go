@@ -22,22 +22,22 @@ type Writer struct {
 	extraValue []byte
 }
 
-// Insert has the outermost object the caller writes next gain the member
-// name: value (canonical JSON) in its sorted place among the members the
-// caller names; a member the caller names name itself stands instead. name
-// is a plain ASCII name, as Name takes.
+// Insert has the object the caller writes, which must be the whole of what
+// it writes, gain the member name: value (canonical JSON) in its sorted
+// place among the members the caller names; a member the caller names name
+// itself stands instead. name is a plain ASCII name, as Name takes.
 func (w *Writer) Insert(name string, value []byte) { w.extraName, w.extraValue = name, value }
 
 // inserted writes the Insert member when the outermost object is open and
-// next is past it (or "" at its end).
-func (w *Writer) inserted(next string) {
+// the member named next sorts past it, or the object ends (end).
+func (w *Writer) inserted(next string, end bool) {
 	if w.depth != 1 || w.extraValue == nil {
 		return
 	}
 	switch {
-	case next == w.extraName:
+	case !end && next == w.extraName:
 		w.extraValue = nil
-	case next == "" || next > w.extraName:
+	case end || next > w.extraName:
 		v := w.extraValue
 		w.extraValue = nil
 		w.Name(w.extraName)
@@ -53,7 +53,7 @@ func (w *Writer) Open() { w.buf.WriteByte('{'); w.first = true; w.depth++ }
 
 // Close ends an object.
 func (w *Writer) Close() {
-	w.inserted("")
+	w.inserted("", true)
 	w.buf.WriteByte('}')
 	w.first = false
 	w.depth--
@@ -61,7 +61,7 @@ func (w *Writer) Close() {
 
 // Name writes the separator and the name of the next member.
 func (w *Writer) Name(n string) {
-	w.inserted(n)
+	w.inserted(n, false)
 	if !w.first {
 		w.buf.WriteByte(',')
 	}

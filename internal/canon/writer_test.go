@@ -40,6 +40,8 @@ func TestWriterInsert(t *testing.T) {
 		{[]string{"a", "m", "z"}, `{"a":"a","m":"m","z":"z"}`},
 		{[]string{"a", "nested"}, `{"a":"a","m":"x","nested":{"a":1,"z":2}}`},
 		{[]string{"b", "l"}, `{"b":"b","l":"l","m":"x"}`},
+		{[]string{""}, `{"":"","m":"x"}`},
+		{[]string{"", "z"}, `{"":"","m":"x","z":"z"}`},
 	} {
 		if got := write(c.names...); got != c.want {
 			t.Errorf("%q: %s, want %s", c.names, got, c.want)
