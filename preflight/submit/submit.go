@@ -324,6 +324,7 @@ func (s *Service) decide(ctx context.Context, in *submission, now time.Time, dry
 	if err != nil {
 		return nil, s.unavailable(ctx, "bind decision", err)
 	}
+	rec.DecisionChecked = true // in.out is d.CanonicalJSON()'s, above
 	if _, err := s.o.Store.RecordPreflight(ctx, rec); err != nil {
 		return nil, s.unavailable(ctx, "record preflight", err)
 	}
@@ -368,7 +369,7 @@ func (s *Service) record(in *submission, d *preflight.Decision, now time.Time) (
 	if err != nil {
 		at = now
 	}
-	rec := wal.PreflightRecord{Binding: b, Decision: in.out, DecisionChecked: true, Time: at, Submit: attrs, Idempotency: in.idem, ActorRef: actorRef,
+	rec := wal.PreflightRecord{Binding: b, Decision: in.out, Time: at, Submit: attrs, Idempotency: in.idem, ActorRef: actorRef,
 		IdempotencyReplaces: in.stale}
 	if in.hasSession {
 		rec.SessionKey, rec.SessionAttempt = in.sessionKey, in.attempt
