@@ -92,7 +92,8 @@ func packAttrs(attrs []byte) []byte {
 // shrunk again by the next GC, and cold in the cache each time: in the real
 // process that was three quarters of what packing a preflight cost
 // (docs/PERFORMANCE.md). So packing runs on a few long-lived packer
-// goroutines, whose stacks stay grown and warm; the hand-off to one and back
+// goroutines: each serves every call with one stack, grown again at most
+// once a collection and warm in the cache; the hand-off to one and back
 // costs two goroutine switches.
 var (
 	packQueue    = make(chan *packJob)

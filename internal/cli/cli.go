@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/contractrefine/autonomy/internal/gcpace"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/contractrefine/autonomy/internal/config"
+	"github.com/contractrefine/autonomy/internal/gcpace"
 	"github.com/contractrefine/autonomy/internal/server"
 	"github.com/contractrefine/autonomy/internal/tracing"
 	"github.com/contractrefine/autonomy/wal"

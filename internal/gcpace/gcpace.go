@@ -61,9 +61,10 @@ type Pacer struct {
 
 // Start paces the collector with the given headroom unless the environment
 // sets GOGC, which then stands as the operator wrote it; it returns nil in
-// that case. GOMEMLIMIT, when set, still bounds the heap as Go documents.
+// that case. An empty GOGC counts as unset, as the runtime reads it.
+// GOMEMLIMIT, when set, still bounds the heap as Go documents.
 func Start(headroom uint64) *Pacer {
-	if _, ok := os.LookupEnv("GOGC"); ok {
+	if os.Getenv("GOGC") != "" {
 		return nil
 	}
 	return start(headroom, nil)

@@ -67,4 +67,10 @@ func TestStartLeavesAnOperatorsGOGC(t *testing.T) {
 		p.Stop()
 		t.Fatal("Start paced the collector although GOGC is set")
 	}
+	t.Setenv("GOGC", "") // the runtime reads it as unset
+	p := Start(DefaultHeadroom)
+	if p == nil {
+		t.Fatal("Start left the collector alone under an empty GOGC")
+	}
+	p.Stop()
 }
