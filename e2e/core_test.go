@@ -21,6 +21,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
@@ -123,9 +124,8 @@ func auditFrames(t *testing.T, s *Server, auditID string) []wal.Frame {
 	return join.Frames
 }
 
-// cacheMisses reads autonomy_binding_cache_lookups_total{result="miss"}
-// from /metrics; ok is false when the server does not export it.
-func cacheMisses(t *testing.T, s *Server) (float64, bool) {
+// metricFamilies reads s's /metrics; nil when it answers other than 200.
+func metricFamilies(t *testing.T, s *Server) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get(s.URL("/metrics"))
 	if err != nil {
@@ -133,14 +133,21 @@ func cacheMisses(t *testing.T, s *Server) (float64, bool) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, false
+		return nil
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
-	for _, m := range families["autonomy_binding_cache_lookups_total"].GetMetric() {
+	return families
+}
+
+// cacheMisses reads autonomy_binding_cache_lookups_total{result="miss"}
+// from /metrics; ok is false when the server does not export it.
+func cacheMisses(t *testing.T, s *Server) (float64, bool) {
+	t.Helper()
+	for _, m := range metricFamilies(t, s)["autonomy_binding_cache_lookups_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "result" && l.GetValue() == "miss" {
 				return m.GetCounter().GetValue(), true

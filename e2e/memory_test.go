@@ -566,3 +566,35 @@ func TestHTTPMemoryUnderEndlessBodies(t *testing.T) {
 		t.Errorf("peak RSS %d MB is past the bound %d MB", m.Peak/mib, httpBound(base.RSS)/mib)
 	}
 }
+
+// TestServePacesTheGC: with GOGC unset (empty counts as unset) serve paces
+// the collector, and a fresh service's small live heap gets more room than
+// Go's default 100 (go_gc_gogc_percent, from the runtime); an operator's
+// GOGC stands as written.
+func TestServePacesTheGC(t *testing.T) {
+	gogc := func(s *Server) float64 {
+		t.Helper()
+		ms := metricFamilies(t, s)["go_gc_gogc_percent"].GetMetric()
+		if len(ms) != 1 {
+			t.Fatalf("go_gc_gogc_percent: %d series on /metrics, want 1", len(ms))
+		}
+		return ms[0].GetGauge().GetValue()
+	}
+	set := StartServer(t, ServeOptions{Env: []string{"GOGC=150"}})
+	if got := gogc(set); got != 150 {
+		t.Errorf("GOGC=150: go_gc_gogc_percent %v, want 150", got)
+	}
+	set.Stop()
+
+	paced := StartServer(t, ServeOptions{Env: []string{"GOGC="}})
+	// The pacer sets the percentage after a collection; starting up, and
+	// each scrape, allocate enough for one to come.
+	deadline := time.Now().Add(20 * time.Second)
+	got := gogc(paced)
+	for got <= 100 && time.Now().Before(deadline) {
+		got = gogc(paced)
+	}
+	if got <= 100 || got > 400 {
+		t.Fatalf("GOGC unset: go_gc_gogc_percent %v, want in (100, 400]", got)
+	}
+}
