@@ -76,7 +76,7 @@ func EncodeAttrs(v any) ([]byte, error) {
 // preEncode returns in with its attrs encoded and, when the log names its
 // replica, naming it: the commit loop then only appends them.
 func (db *DB) preEncode(in FrameInput) (FrameInput, error) {
-	e, err := encodeNamed(in.Attrs, db.opts.Replica)
+	e, err := encodeNamed(in.Attrs, db.replica)
 	if err != nil {
 		return in, err
 	}
@@ -84,27 +84,41 @@ func (db *DB) preEncode(in FrameInput) (FrameInput, error) {
 	return in, nil
 }
 
+// replicaName is the replica a log names in its frames' attrs (Options.Replica),
+// with the name's canonical JSON, made once when the log opens.
+type replicaName struct {
+	name string // "": the log names no replica
+	json []byte
+}
+
+// newReplicaName is name as namingReplica writes it, canonical: bytes that
+// are not UTF-8 become U+FFFD, as encoding/json writes them.
+func newReplicaName(name string) (replicaName, error) {
+	jv, _ := json.Marshal(name)
+	b, err := canon.Marshal(json.RawMessage(jv))
+	if err != nil {
+		return replicaName{}, fmt.Errorf("wal: replica name: %w", err)
+	}
+	return replicaName{name: name, json: b}, nil
+}
+
 // encodeNamed is encodeAttrs(v), naming replica when it is set
 // (withReplica), with the attrs packed once, as they are stored.
-func encodeNamed(v any, replica string) (*encodedAttrs, error) {
+func encodeNamed(v any, replica replicaName) (*encodedAttrs, error) {
 	if e, ok := v.(*encodedAttrs); ok {
-		if replica == "" {
+		if replica.name == "" {
 			return e, nil
 		}
 		return e.withReplica(replica)
 	}
-	if replica == "" {
+	if replica.name == "" {
 		return encodeAttrs(v)
 	}
 	var b []byte
 	var err error
 	if t, ok := v.(typedAttrs); ok {
 		// The typed writer puts the member in its place as it writes.
-		var name []byte
-		if name, err = replicaJSON(replica); err == nil {
-			b, err = canonicalNaming(t, name)
-		}
-		if err != nil {
+		if b, err = canonicalNaming(t, replica.json); err != nil {
 			return nil, fmt.Errorf("wal: frame attrs: %w", err)
 		}
 	} else if b, err = EncodeAttrs(v); err != nil {
@@ -120,7 +134,7 @@ const AttrReplica = "replica"
 
 // withReplica returns e with "replica" set to name, unless the attrs name a
 // replica already.
-func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
+func (e *encodedAttrs) withReplica(name replicaName) (*encodedAttrs, error) {
 	if e.replicaSet {
 		return e, nil
 	}
@@ -142,10 +156,10 @@ func (e *encodedAttrs) withReplica(name string) (*encodedAttrs, error) {
 // or is out of order) goes to namingReplica. Naming every frame this
 // way took a twelfth of a consume's CPU on etcd through canon.Marshal
 // (docs/PERFORMANCE.md).
-func namingInCanonical(canonical []byte, name string) ([]byte, error) {
+func namingInCanonical(canonical []byte, name replicaName) ([]byte, error) {
 	dec := jsontext.NewDecoder(bytes.NewReader(canonical))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return namingReplica(canonical, name)
+		return namingReplica(canonical, name.name)
 	}
 	// at is where the member goes: after the '{', or after the last member
 	// that sorts before it (before).
@@ -154,14 +168,14 @@ func namingInCanonical(canonical []byte, name string) ([]byte, error) {
 	for dec.PeekKind() == '"' {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return namingReplica(canonical, name)
+			return namingReplica(canonical, name.name)
 		}
 		k := tok.String()
 		if !asciiName(k) || (members > 0 && k <= prev) {
-			return namingReplica(canonical, name)
+			return namingReplica(canonical, name.name)
 		}
 		if err := dec.SkipValue(); err != nil {
-			return namingReplica(canonical, name)
+			return namingReplica(canonical, name.name)
 		}
 		switch {
 		case k == AttrReplica:
@@ -172,18 +186,15 @@ func namingInCanonical(canonical []byte, name string) ([]byte, error) {
 		prev, members = k, members+1
 	}
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
-		return namingReplica(canonical, name)
+		return namingReplica(canonical, name.name)
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
-		return namingReplica(canonical, name)
+		return namingReplica(canonical, name.name)
 	}
 	if named {
 		return canonical, nil
 	}
-	v, err := replicaJSON(name)
-	if err != nil {
-		return nil, fmt.Errorf("wal: frame attrs: %w", err)
-	}
+	v := name.json
 	out := make([]byte, 0, len(canonical)+len(AttrReplica)+len(v)+4)
 	out = append(out, canonical[:at]...)
 	if before {
@@ -195,13 +206,6 @@ func namingInCanonical(canonical []byte, name string) ([]byte, error) {
 		out = append(out, ',')
 	}
 	return append(out, canonical[at:]...), nil
-}
-
-// replicaJSON is the replica's name as namingReplica writes it, canonical:
-// bytes that are not UTF-8 become U+FFFD, as encoding/json writes them.
-func replicaJSON(name string) ([]byte, error) {
-	jv, _ := json.Marshal(name)
-	return canon.Marshal(json.RawMessage(jv))
 }
 
 // asciiName reports whether k is printable ASCII with nothing canonical JSON

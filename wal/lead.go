@@ -161,7 +161,7 @@ func (l *Lead) Stage(ins []FrameInput, lost func()) ([]Frame, [][]byte, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		f, stored, err := chainFrame(in, at, l.db.opts.Replica)
+		f, stored, err := chainFrame(in, at, l.db.replica)
 		if err != nil {
 			return nil, nil, err
 		}

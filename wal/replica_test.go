@@ -95,7 +95,7 @@ func TestNamingReplicaAsMap(t *testing.T) {
 			if json.Unmarshal(c, &v) == nil {
 				c, _ = canon.Marshal(v)
 			}
-			if got, gerr := namingInCanonical(c, name); (werr != nil) != (gerr != nil) || string(got) != string(want) {
+			if got, gerr := namingInCanonical(c, replicaOf(t, name)); (werr != nil) != (gerr != nil) || string(got) != string(want) {
 				t.Errorf("splice %s, %q: got %s, %v; want %s, %v", c, name, got, gerr, want, werr)
 			}
 		}
@@ -104,7 +104,7 @@ func TestNamingReplicaAsMap(t *testing.T) {
 	for _, in := range []string{`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"é":1}`, `{"a":1`, `{"s":1`,
 		`{"s":1,"replica":2}`, `{"a":1}garbage`, `{"a":1}{}`} {
 		want, werr := namingReplica([]byte(in), "r")
-		if got, gerr := namingInCanonical([]byte(in), "r"); (werr != nil) != (gerr != nil) || string(got) != string(want) {
+		if got, gerr := namingInCanonical([]byte(in), replicaOf(t, "r")); (werr != nil) != (gerr != nil) || string(got) != string(want) {
 			t.Errorf("splice %s: got %s, %v; want %s, %v", in, got, gerr, want, werr)
 		}
 	}
@@ -126,7 +126,7 @@ func FuzzNamingInCanonical(f *testing.F) {
 			return
 		}
 		want, werr := namingReplica(c, name)
-		got, gerr := namingInCanonical(c, name)
+		got, gerr := namingInCanonical(c, replicaOf(t, name))
 		if (werr != nil) != (gerr != nil) || string(got) != string(want) {
 			t.Fatalf("%s, %q: got %s, %v; want %s, %v", c, name, got, gerr, want, werr)
 		}
@@ -159,7 +159,7 @@ func TestTypedAttrsNamedInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := encodeNamed(a, name)
+			got, err := encodeNamed(a, replicaOf(t, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,4 +168,14 @@ func TestTypedAttrsNamedInPlace(t *testing.T) {
 			}
 		}
 	}
+}
+
+// replicaOf is name as a log opened with Options.Replica name holds it.
+func replicaOf(t testing.TB, name string) replicaName {
+	t.Helper()
+	r, err := newReplicaName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

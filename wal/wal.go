@@ -131,12 +131,14 @@ type Options struct {
 
 // DB is an open log.
 type DB struct {
-	bolt   *bolt.DB
-	path   string
-	log    *slog.Logger
-	opts   Options
-	mu     sync.RWMutex // guards closed
-	closed bool
+	bolt *bolt.DB
+	path string
+	log  *slog.Logger
+	opts Options
+	// replica is opts.Replica as the frames name it.
+	replica replicaName
+	mu      sync.RWMutex // guards closed
+	closed  bool
 
 	// Writes are scheduled here (see Update). wmu guards waiting and
 	// leading; slots bounds how many writes wait.
@@ -241,6 +243,10 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if emptied && o.ReadOnly {
 		return nil, fmt.Errorf("open wal %s: %w", path, ErrEmptyFile)
 	}
+	replica, err := newReplicaName(o.Replica)
+	if err != nil {
+		return nil, fmt.Errorf("open wal %s: %w", path, err)
+	}
 	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
 	if o.tune != nil {
 		o.tune(bo)
@@ -252,7 +258,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
-	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o,
+	db := &DB{bolt: bdb, path: path, log: o.Logger, opts: o, replica: replica,
 		slots: make(chan struct{}, maxWaiting), kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), verified: make(chan struct{}), pages: newPages()}
 	db.idle.L = &db.wmu
@@ -489,7 +495,7 @@ func (db *DB) commit(batch []*write) {
 				for _, name := range timeOrdered {
 					btx.Bucket(name).FillPercent = 0.9
 				}
-				tx := &Tx{btx: btx, head: &head, writing: true, replica: db.opts.Replica}
+				tx := &Tx{btx: btx, head: &head, writing: true, replica: db.replica}
 				for i, w := range batch {
 					if err := w.fn(tx); err != nil {
 						failed, fnErr = i, err
@@ -590,7 +596,7 @@ type Tx struct {
 	head     *chainPoint
 	writing  bool
 	appended bool
-	replica  string // Options.Replica
+	replica  replicaName // Options.Replica
 }
 
 // Append adds a frame to the log, assigning its seq and chain hash.
@@ -616,7 +622,7 @@ func (tx *Tx) append(in FrameInput) (Frame, []byte, error) {
 
 // chainFrame is the frame in makes appended after head by a log naming
 // replica, and the bytes the log stores for it.
-func chainFrame(in FrameInput, head chainPoint, replica string) (Frame, []byte, error) {
+func chainFrame(in FrameInput, head chainPoint, replica replicaName) (Frame, []byte, error) {
 	if strings.ContainsAny(in.AuditID, "\x00\x01") {
 		// A marker's key ends its audit id at the first 0x01 and its
 		// preflight id at 0x00 (markers.go), and an entry's ends the
