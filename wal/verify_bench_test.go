@@ -57,10 +57,7 @@ func fillServed(b testing.TB, dir string, sets int) {
 // reports the cost per frame, the figure docs/PERFORMANCE.md extrapolates
 // to 1,000,000 frames.
 func BenchmarkVerify(b *testing.B) {
-	frames := 99000
-	if v, err := strconv.Atoi(os.Getenv("VERIFY_FRAMES")); err == nil && v > 0 {
-		frames = v
-	}
+	frames := verifyFrames()
 	dir := b.TempDir()
 	fillServed(b, dir, frames/3)
 	db, err := Open(dir, nil)
@@ -82,6 +79,14 @@ func BenchmarkVerify(b *testing.B) {
 	// The CPU the process spent (the collector's included) holds on a
 	// machine shared with other work, where the elapsed time does not.
 	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/n, "cpu-ns/frame")
+}
+
+// verifyFrames is VERIFY_FRAMES, or 99,000 when it is not set.
+func verifyFrames() int {
+	if v, err := strconv.Atoi(os.Getenv("VERIFY_FRAMES")); err == nil && v > 0 {
+		return v
+	}
+	return 99000
 }
 
 // cpuTime is the user and system CPU time the process has spent.

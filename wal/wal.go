@@ -123,6 +123,11 @@ type Options struct {
 	// export and audit): it needs read access to the file alone, creates
 	// nothing, and every write fails. A server's lock still keeps it out.
 	ReadOnly bool
+	// CheckPages makes a read-only Open read the file's freelist, as a
+	// writable open does, so that a damaged one is ErrCorrupt here too and
+	// DB.CheckPages can check every page (`wal verify` sets it). Without
+	// it a read-only open leaves the freelist unread.
+	CheckPages bool
 
 	// tune, when set, changes bbolt's options before the file opens: the
 	// tests that weigh one setting against another use it.
@@ -247,7 +252,8 @@ func Open(dir string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal %s: %w", path, err)
 	}
-	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly}
+	bo := &bolt.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, ReadOnly: o.ReadOnly,
+		PreLoadFreelist: o.CheckPages}
 	if o.tune != nil {
 		o.tune(bo)
 	}

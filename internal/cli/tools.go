@@ -253,10 +253,10 @@ func newWAL(stdout io.Writer) *cobra.Command {
 	var dataDir, file string
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the WAL's hash chain and its indexes; exit 1 naming the first bad seq",
+		Short: "Check the WAL's hash chain, its indexes and its pages; exit 1 naming the first bad seq or page",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := openWAL(cmd, file, dataDir)
+			db, err := openWALWith(cmd, file, dataDir, wal.Options{ReadOnly: true, CheckPages: true})
 			if err != nil {
 				return err
 			}
@@ -264,6 +264,21 @@ func newWAL(stdout io.Writer) *cobra.Command {
 			rep, err := db.Verify(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if rep.OK() {
+				// The chain and the indexes hold: then the pages around them.
+				pages, err := db.CheckPages()
+				if err != nil {
+					return err
+				}
+				if !pages.OK() {
+					fmt.Fprintf(stdout, "wal verify: FAILED: the file's pages are inconsistent: %s", pages.Problems[0])
+					if n := len(pages.Problems) - 1 + pages.More; n > 0 {
+						fmt.Fprintf(stdout, " (and %d more problems)", n)
+					}
+					fmt.Fprintf(stdout, "; the hash chain of its %d frames holds\n", rep.Frames)
+					return exitError{code: 1}
+				}
 			}
 			switch {
 			case rep.OK():

@@ -33,11 +33,12 @@ var walKinds = []string{wal.KindPreflight, wal.KindDecision, wal.KindConsumed, w
 // directory without a log is an error: opening would create an empty one,
 // which a mistyped path would then "verify".
 func openWAL(cmd *cobra.Command, file, dataDir string) (*wal.DB, error) {
-	return openWALFor(cmd, file, dataDir, true)
+	return openWALWith(cmd, file, dataDir, wal.Options{ReadOnly: true})
 }
 
-// openWALFor is openWAL, for writing too when readOnly is false (compact).
-func openWALFor(cmd *cobra.Command, file, dataDir string, readOnly bool) (*wal.DB, error) {
+// openWALWith is openWAL with o: for writing too when o.ReadOnly is
+// false (compact), with its pages checked too when o.CheckPages (verify).
+func openWALWith(cmd *cobra.Command, file, dataDir string, o wal.Options) (*wal.DB, error) {
 	dir, err := walDir(cmd, file, dataDir)
 	if err != nil {
 		return nil, err
@@ -53,13 +54,13 @@ func openWALFor(cmd *cobra.Command, file, dataDir string, readOnly bool) (*wal.D
 		// gone.
 		return nil, fmt.Errorf("open wal %s: %w", path, wal.ErrEmptyFile)
 	}
-	o := &wal.Options{OpenTimeout: 2 * time.Second, ReadOnly: readOnly}
-	if !readOnly {
+	o.OpenTimeout = 2 * time.Second
+	if !o.ReadOnly {
 		// A writable open may upgrade the log's format, which an older
 		// binary then refuses: it says so, as serve does.
 		o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	}
-	return wal.Open(dir, o)
+	return wal.Open(dir, &o)
 }
 
 func newWALCompact(stdout io.Writer, file, dataDir *string) *cobra.Command {
@@ -84,7 +85,7 @@ stay denied. The hash chain stays verifiable: run "autonomy wal verify" after.`,
 			if retention <= 0 {
 				return fmt.Errorf("--retention must be positive, got %s", retention)
 			}
-			db, err := openWALFor(cmd, *file, *dataDir, false)
+			db, err := openWALWith(cmd, *file, *dataDir, wal.Options{})
 			if err != nil {
 				return err
 			}

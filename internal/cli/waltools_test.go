@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/contractrefine/autonomy/internal/boltfile"
 	"github.com/contractrefine/autonomy/internal/server"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -295,5 +296,39 @@ func TestWALCompactRefusesAnEmptiedLog(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "wal", "verify", "--data-dir", dir); code != 1 || !strings.Contains(errs, "holds no log") {
 		t.Fatalf("verify after compact: exit %d, stderr %q; want the empty file still reported", code, errs)
+	}
+}
+
+// TestWALVerifyChecksThePages: verify fails, exit 1, on a log whose frames
+// all hold but whose pages do not (a page in use that the freelist also
+// lists, which a later commit would write over), and on a log whose
+// freelist is damaged, which serve refuses to open: it never passes a log
+// the service would not run on.
+func TestWALVerifyChecksThePages(t *testing.T) {
+	dir := writeToolsWAL(t)
+	path := filepath.Join(dir, wal.FileName)
+	m, err := boltfile.ReadMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := boltfile.ListFree(path, m.Root); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "wal", "verify", "--data-dir", dir)
+	if code != 1 || !strings.Contains(out, "wal verify: FAILED: the file's pages are inconsistent: page ") ||
+		!strings.Contains(out, "the hash chain of its 6 frames holds") {
+		t.Fatalf("a page listed free and in use: exit %d: %s %s", code, out, errs)
+	}
+
+	dir = writeToolsWAL(t)
+	path = filepath.Join(dir, wal.FileName)
+	if m, err = boltfile.ReadMeta(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := boltfile.Overwrite(path, m.Freelist, 0xff); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCLI(t, "wal", "verify", "--data-dir", dir); code != 1 || !strings.Contains(errs, "is damaged: invalid freelist page") {
+		t.Fatalf("a damaged freelist: exit %d: %s %s", code, out, errs)
 	}
 }
