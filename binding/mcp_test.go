@@ -188,6 +188,7 @@ func TestMCPMalformed(t *testing.T) {
 		"object id":           {body: `{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{"name":"tool.echo"}}`},
 		"null request id":     {body: `{"jsonrpc":"2.0","id":null,"method":"tools/list"}`},
 		"method not a string": {body: `{"jsonrpc":"2.0","id":1,"method":5}`, answered: true},
+		"an id and no method": {body: `{"jsonrpc":"2.0","id":6}`, answered: true},
 		"no params":           {body: `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, answered: true},
 		"bad tool name":       {body: toolsCall("1", "tool echo", `{}`, ""), answered: true},
 		"long tool name":      {body: toolsCall("1", strings.Repeat("a", 129), `{}`, ""), answered: true},
