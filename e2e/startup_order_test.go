@@ -96,3 +96,35 @@ func TestListeningLineAtEveryLogLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestServeChecksItsFilesBeforeItListens: a TLS, tokens or etcd client
+// file that cannot be read stops serve before it binds a port (SPEC §2),
+// so with its port held by another process it names the file's key, not
+// the port, and it leaves nothing in the data directory. The etcd client's
+// files were once read after the WAL was opened.
+func TestServeChecksItsFilesBeforeItListens(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for key, yaml := range map[string]string{
+		"store.etcd.tls.ca_file": "store:\n  etcd:\n    endpoints: [https://127.0.0.1:1]\n    tls:\n      ca_file: " + missing + "\n",
+		"tls.cert_file":          "tls:\n  cert_file: " + missing + "\n  key_file: " + missing + "\n",
+		"access.tokens_file":     "access:\n  tokens_file: " + missing + "\n",
+	} {
+		t.Run(key, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			cfg := writeFile(t, "serve.yaml", yaml)
+			res := RunAutonomy(t, "serve", "--config", cfg, "--data-dir", dir, "--http-addr", busy.Addr().String(), "--grpc-addr", "127.0.0.1:0")
+			if res.Code == 0 || strings.Contains(res.Stderr, "address already in use") || !strings.Contains(res.Stderr, missing) {
+				t.Fatalf("serve with %s missing: exit %d, stderr %s; want the file named before any port", key, res.Code, res.Stderr)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("serve that could not read %s left %s (stat: %v)", key, dir, err)
+			}
+		})
+	}
+}

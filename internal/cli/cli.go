@@ -283,8 +283,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	defer gcpace.Start(gcpace.DefaultHeadroom).Stop()
-	// Bound first: a port in use stops serve before the WAL is opened, so
-	// it leaves nothing in the data directory.
+	// The TLS, tokens and etcd client files are read before anything
+	// binds: a bad one stops serve before it listens (SPEC §2). Then the
+	// listeners: a port in use stops serve before the WAL is opened, so it
+	// leaves nothing in the data directory.
+	if err := server.CheckSecurity(&cfg); err != nil {
+		return err
+	}
 	lns, err := server.ListenAll(&cfg)
 	if err != nil {
 		return err

@@ -13,20 +13,26 @@ import (
 	"github.com/contractrefine/autonomy/internal/tlsconf"
 )
 
-// security is what the tls and access keys configure.
+// security is what the tls, access and store.etcd.tls keys configure.
 type security struct {
 	tls    tlsconf.Configs
 	access *access.Guard
+	// etcdTLS is the etcd client's TLS configuration; nil without it.
+	etcdTLS *tls.Config
 }
 
-// loadSecurity reads the TLS material and the tokens file, so a bad file
-// stops the server before it opens the WAL or listens.
+// loadSecurity reads the TLS material, the tokens file and the etcd
+// client's TLS files, so a bad file stops the server before it opens the
+// WAL (serve also checks them before it listens: CheckSecurity).
 func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code string)) (security, error) {
 	var sec security
 	var err error
 	sec.tls, err = tlsconf.Load(tlsconf.Options{CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
 		ClientCAFile: cfg.TLS.ClientCAFile})
 	if err != nil {
+		return sec, err
+	}
+	if sec.etcdTLS, err = cfg.Store.Etcd.TLS.ClientConfig(); err != nil {
 		return sec, err
 	}
 	var tokens []access.Token
@@ -40,13 +46,10 @@ func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code stri
 	return sec, nil
 }
 
-// CheckSecurity reads the TLS material and the tokens file the way New
-// does, for check-config.
+// CheckSecurity reads the files loadSecurity reads the way New does, for
+// check-config, and for serve before it binds its listeners.
 func CheckSecurity(cfg *config.Config) error {
-	if _, err := loadSecurity(cfg, nil, nil); err != nil {
-		return err
-	}
-	_, err := cfg.Store.Etcd.TLS.ClientConfig()
+	_, err := loadSecurity(cfg, nil, nil)
 	return err
 }
 

@@ -44,12 +44,8 @@ func walReplica(cfg *config.Config) string {
 // refused with 503.
 func (s *Server) openShared(ctx context.Context, db *wal.DB) (*etcdstore.Store, error) {
 	e := &s.cfg.Store.Etcd
-	tc, err := s.cfg.Store.Etcd.TLS.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
 	es, err := etcdstore.Open(etcdstore.Options{Endpoints: e.Endpoints, Prefix: e.Prefix,
-		DialTimeout: e.DialTimeout, RequestTimeout: e.RequestTimeout, TLS: tc, RecordTTL: e.RecordTTL,
+		DialTimeout: e.DialTimeout, RequestTimeout: e.RequestTimeout, TLS: s.sec.etcdTLS, RecordTTL: e.RecordTTL,
 		Replica: s.cfg.Replica(), Log: db, Logger: s.log, OnAvailable: s.storeAvailable, Now: s.now})
 	if err != nil {
 		return nil, err
