@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -8,6 +10,10 @@ import (
 // TestFlagMessagesNameFlags: a rule broken by flags is reported in flag
 // names, and audit refuses two sources at once instead of using one.
 func TestFlagMessagesNameFlags(t *testing.T) {
+	bboltFile := filepath.Join(t.TempDir(), "bbolt.yaml")
+	if err := os.WriteFile(bboltFile, []byte("store:\n  backend: bbolt\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		args []string
 		want string
@@ -34,6 +40,9 @@ func TestFlagMessagesNameFlags(t *testing.T) {
 			"[data-dir server] were all set"},
 		"audit from a server and a config": {[]string{"audit", "au_x", "--server", "http://127.0.0.1:1", "--config", "x.yaml"},
 			"[config server] were all set"},
+		// The endpoints came from the flag, not from a key the file holds.
+		"--etcd-endpoints against a bbolt file": {[]string{"check-config", "--config", bboltFile, "--etcd-endpoints", "http://127.0.0.1:1"},
+			"line 2: store.backend: bbolt, yet --etcd-endpoints is given: name one backend"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -216,7 +216,12 @@ func (c *Config) validateStore(bad badKey) {
 		bad("store.backend", "etcd needs store.etcd.endpoints (or --etcd-endpoints)")
 	}
 	if s.Backend == BackendBBolt && len(s.Etcd.Endpoints) > 0 {
-		bad("store.backend", "bbolt, yet store.etcd.endpoints are set: name one backend")
+		// Endpoints the file does not name came from --etcd-endpoints.
+		set := "store.etcd.endpoints are set"
+		if c.src.line("store.etcd.endpoints") == 0 {
+			set = "--etcd-endpoints is given"
+		}
+		bad("store.backend", "bbolt, yet %s: name one backend", set)
 	}
 	if len(s.Etcd.Endpoints) == 0 && c.src.line("store.etcd.endpoints") > 0 {
 		// A template that renders an empty list would otherwise turn a
