@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -446,4 +447,66 @@ func grpcHealth(t *testing.T, s *Server) healthpb.HealthCheckResponse_ServingSta
 		t.Fatal(err)
 	}
 	return resp.GetStatus()
+}
+
+// TestRefusalWhileHeldIsInTheAudit: a consume whose transaction etcd may
+// have taken when etcd went away leaves copies of its frames the log did
+// not commit, and the log takes no frame until etcd answers. A refusal
+// answered meanwhile names an audit id all the same; its frame waits, and
+// is in the audit once etcd is back.
+func TestRefusalWhileHeldIsInTheAudit(t *testing.T) {
+	c := etcdtest.StartT(t, etcdtest.Options{Kind: etcdtest.Process})
+	r := startReplicas(t, c.Endpoints(), 1)[0]
+	d, _ := preflightOn(t, r, "session:held")
+	// Frozen, etcd takes the consume's transaction and never answers it:
+	// the replica cannot know whether etcd applied it.
+	member := c.Members[0].Pid()
+	if member <= 0 {
+		t.Fatalf("the etcd member's process id is %d", member)
+	}
+	if err := syscall.Kill(member, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			if err := syscall.Kill(member, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer thaw()
+	wantDeny(t, checkEcho(t, r.authz, d.PreflightID, "req-down"), codes.PermissionDenied, 503, "contract: verifier_unavailable")
+	r.WaitLog("wal: a commit whose frames were sent elsewhere failed; writes held until they are withdrawn")
+	held, err := r.authz.Check(t.Context(), ToolCheck("tool.echo", map[string]any{"msg": "hi"}, "req-held", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDeny(t, held, codes.PermissionDenied, 503, "contract: verifier_unavailable")
+	var body struct {
+		Error struct {
+			AuditID string `json:"audit_id"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(held.GetDeniedResponse().GetBody()), &body); err != nil {
+		t.Fatal(err)
+	}
+	thaw()
+	r.WaitReadyz(http.StatusOK, "etcd's return")
+	r.WaitLog("etcd: refusals answered while the log was held are recorded")
+	frames := auditFrames(t, r.Server, body.Error.AuditID)
+	var status int
+	var reason string
+	if len(frames) == 1 {
+		frames[0].Attr("status", &status)
+		frames[0].Attr("reason", &reason)
+	}
+	if len(frames) != 1 || frames[0].Kind != wal.KindDecision || status != 503 || reason != "contract: verifier_unavailable" {
+		t.Fatalf("the audit of the refusal answered while the log was held: %+v", frames)
+	}
+	r.Stop()
+	if res := RunAutonomy(t, "wal", "verify", "--data-dir", r.DataDir); res.Code != 0 {
+		t.Fatalf("wal verify: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
 }

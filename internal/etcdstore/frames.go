@@ -114,8 +114,14 @@ func (s *Store) logSent(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame,
 // again until etcd takes it), since the answer it records is a 503
 // whatever the copy does: waiting for a copy while etcd is away would hold
 // the refusal another request timeout.
+//
+// A log held until copies are settled takes no frame: the refusal's frame
+// waits in memory and is appended once the log is released (refusals.go).
 func (s *Store) AppendRefusal(ctx context.Context, in wal.FrameInput) (wal.Frame, error) {
 	frames, req, err := s.logSent(ctx, []wal.FrameInput{in})
+	if errors.Is(err, wal.ErrHeld) {
+		s.holdRefusal(in)
+	}
 	if err != nil || len(frames) != 1 {
 		return wal.Frame{}, err
 	}

@@ -138,6 +138,7 @@ func (s *Store) dropper() {
 		}
 		s.log.Release()
 		s.logger.Info("etcd: the log appends again")
+		s.appendHeldRefusals()
 	}
 }
 
@@ -219,6 +220,7 @@ func (s *Store) settleOnOpen() {
 		if s.retry("settle the frame copies past the log's head", settle) == nil {
 			s.log.Release()
 			s.recopyAfterOpen()
+			s.appendHeldRefusals()
 		}
 	}()
 	select {

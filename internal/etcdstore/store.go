@@ -118,6 +118,12 @@ type Store struct {
 	lost     []*copyRequest
 	takeUp   bool
 	dropWake chan struct{}
+	// refusalsMu guards heldRefusals, the frames of 503 refusals the log
+	// refused while held, which it appends once released (refusals.go),
+	// and refusalsDropped, those past maxHeldRefusals.
+	refusalsMu      sync.Mutex
+	heldRefusals    []wal.FrameInput
+	refusalsDropped int
 	// loneMu guards lone, closed once the log's commit of the last lone
 	// consume, which was answered before it (consumeLone), has ended, and
 	// loneWaiting, set while a consume waits for it (awaitLone).
