@@ -98,7 +98,7 @@ func TestListeningLineAtEveryLogLevel(t *testing.T) {
 }
 
 // TestServeChecksItsFilesBeforeItListens: a TLS, tokens or etcd client
-// file that cannot be read stops serve before it binds a port (SPEC §2),
+// file that cannot be read stops serve before it binds a port (docs/OPERATIONS.md),
 // so with its port held by another process it names the file's key, not
 // the port, and it leaves nothing in the data directory. The etcd client's
 // files were once read after the WAL was opened.

@@ -284,7 +284,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer stop()
 	defer gcpace.Start(gcpace.DefaultHeadroom).Stop()
 	// The TLS, tokens and etcd client files are read before anything
-	// binds: a bad one stops serve before it listens (SPEC §2). Then the
+	// binds: a bad one stops serve before it listens (docs/OPERATIONS.md). Then the
 	// listeners: a port in use stops serve before the WAL is opened, so it
 	// leaves nothing in the data directory.
 	if err := server.CheckSecurity(&cfg); err != nil {
