@@ -30,7 +30,10 @@ func (r PageReport) OK() bool { return len(r.Problems) == 0 }
 // A read-only log needs Options.CheckPages. bbolt checks in a goroutine
 // of its own, where a fault is not turned into a panic (open.go): the
 // file is first checked to reach its high-water mark, so a cut file is
-// reported here rather than faulting there.
+// reported here rather than faulting there. A damaged page that the
+// chain's walk did not read (a branch naming a page past the file's end)
+// can still fault there and end the process: `wal verify` then exits
+// non-zero, never with "ok".
 func (db *DB) CheckPages() (PageReport, error) {
 	var rep PageReport
 	if db.opts.ReadOnly && !db.opts.CheckPages {

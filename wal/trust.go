@@ -89,8 +89,11 @@ func (db *DB) startVerify() {
 		case errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled):
 			// Closed before the walk ended (a server that failed to
 			// start after opening its log): nothing failed verification,
-			// and every use of the log fails now anyway.
-			db.trust.Store(&trustState{err: ErrClosed})
+			// and every use of the log fails now anyway. A failure a
+			// read found meanwhile stands.
+			if cur := db.trust.Load(); cur != nil && errors.Is(cur.err, ErrVerifying) {
+				db.trust.CompareAndSwap(cur, &trustState{err: ErrClosed})
+			}
 		case err != nil:
 			// The log could not be read (damaged, closing): nothing is
 			// decided from it, as with a failed verification.

@@ -26,20 +26,42 @@ const maxHeldRefusals = 4096
 // in one request: well under etcd's request size.
 const heldChunk = 256
 
-// holdRefusal keeps in's frame to append once the log is released.
+// holdRefusal keeps in's frame to append once the log is released. The
+// release may have come between the log's refusal and this: its
+// appendHeldRefusals then found nothing, so this one appends it.
+// (Release comes before the released side takes refusalsMu: either that
+// call sees in, or this sees the log released.)
 func (s *Store) holdRefusal(in wal.FrameInput) {
 	s.refusalsMu.Lock()
-	defer s.refusalsMu.Unlock()
 	if len(s.heldRefusals) < maxHeldRefusals {
 		s.heldRefusals = append(s.heldRefusals, in)
-		return
+	} else {
+		s.refusalsDropped++
 	}
-	s.refusalsDropped++
+	s.refusalsMu.Unlock()
+	if !errors.Is(s.log.Refuses(), wal.ErrHeld) {
+		go s.appendHeldRefusals()
+	}
+}
+
+// requeueRefusals puts ins back before the refusals held since, within
+// maxHeldRefusals.
+func (s *Store) requeueRefusals(ins []wal.FrameInput) {
+	s.refusalsMu.Lock()
+	defer s.refusalsMu.Unlock()
+	all := slices.Concat(ins, s.heldRefusals)
+	if len(all) > maxHeldRefusals {
+		s.refusalsDropped += len(all) - maxHeldRefusals
+		all = all[:maxHeldRefusals]
+	}
+	s.heldRefusals = all
 }
 
 // appendHeldRefusals appends the frames held refusals left, once the log
-// takes frames again, in the order their refusals were answered; those the
-// log refuses again (held anew) wait for the next release.
+// takes frames again, in the order their refusals were answered. Those a
+// failed commit leaves (the log held anew, or a write that failed) wait
+// for the next release; a log that is closed or not trusted takes none
+// again, and they are dropped with an error line.
 func (s *Store) appendHeldRefusals() {
 	s.refusalsMu.Lock()
 	ins, dropped := s.heldRefusals, s.refusalsDropped
@@ -52,14 +74,12 @@ func (s *Store) appendHeldRefusals() {
 	for len(ins) > 0 {
 		chunk := ins[:min(len(ins), heldChunk)]
 		frames, req, err := s.logSent(s.bg, chunk)
-		if errors.Is(err, wal.ErrHeld) {
-			s.refusalsMu.Lock()
-			s.heldRefusals = slices.Concat(ins, s.heldRefusals)
-			s.refusalsMu.Unlock()
-			return
-		}
 		if err != nil {
-			s.logger.Error("etcd: cannot write the decision frames of refusals answered while the log was held", "frames", len(ins), "err", err)
+			if errors.Is(err, wal.ErrClosed) || s.log.Trusted() != nil || s.bg.Err() != nil {
+				s.logger.Error("etcd: cannot write the decision frames of refusals answered while the log was held", "frames", len(ins), "err", err)
+				return
+			}
+			s.requeueRefusals(ins)
 			return
 		}
 		if req != nil {

@@ -19,6 +19,7 @@ func TestRefusalsWhileHeldAreRecordedOnRelease(t *testing.T) {
 	s := open(t, "replica-a", newPrefix(), t.TempDir())
 	defer closeStore(s)
 	ctx := context.Background()
+	waitAppends(t, s) // else the open's settling could release the hold below
 	s.log.Hold()
 	n := maxHeldRefusals + 3
 	for i := range n {
@@ -58,5 +59,43 @@ func TestRefusalsWhileHeldAreRecordedOnRelease(t *testing.T) {
 			t.Fatalf("the last held refusal's copy: %d frames, %v", len(frames), err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAppends waits until s's log takes writes: the open's settling of
+// crash copies, which holds it, has released it.
+func waitAppends(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for s.log.Refuses() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log still refuses writes 20s after open: %v", s.log.Refuses())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRefusalHeldAfterTheReleaseIsRecorded: a refusal whose write the held
+// log refused, kept only after the release had appended what was kept
+// (the two crossed), is appended all the same, not left until the next
+// hold.
+func TestRefusalHeldAfterTheReleaseIsRecorded(t *testing.T) {
+	s := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(s)
+	waitAppends(t, s)
+	s.log.Hold()
+	s.log.Release()
+	s.appendHeldRefusals() // the release's, finding nothing kept yet
+	s.holdRefusal(decisionIn("au_crossed"))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		frames, err := s.log.AuditFrames(context.Background(), "au_crossed")
+		if err == nil && len(frames) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the refusal kept after the release: %d frames, %v; want it appended", len(frames), err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
