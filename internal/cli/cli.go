@@ -283,20 +283,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	defer gcpace.Start(gcpace.DefaultHeadroom).Stop()
-	// The TLS, tokens and etcd client files are read before anything
-	// binds: a bad one stops serve before it listens (docs/OPERATIONS.md). Then the
-	// listeners: a port in use stops serve before the WAL is opened, so it
-	// leaves nothing in the data directory.
-	if err := server.CheckSecurity(&cfg); err != nil {
-		return err
-	}
-	lns, err := server.ListenAll(&cfg)
+	// New binds the listeners after it has read the files and the bundle
+	// and before it opens the WAL (docs/OPERATIONS.md).
+	srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version, Listen: true})
 	if err != nil {
-		return err
-	}
-	srv, err := server.New(ctx, cfg, server.Options{Logger: log, Version: Version, Listeners: lns})
-	if err != nil {
-		lns.Close()
 		return err
 	}
 	return runServer(ctx, srv, log)

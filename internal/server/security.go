@@ -22,8 +22,8 @@ type security struct {
 }
 
 // loadSecurity reads the TLS material, the tokens file and the etcd
-// client's TLS files, so a bad file stops the server before it opens the
-// WAL (serve also checks them before it listens: CheckSecurity).
+// client's TLS files, so a bad file stops the server before it listens
+// (Options.Listen) or opens the WAL.
 func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code string)) (security, error) {
 	var sec security
 	var err error
@@ -47,7 +47,7 @@ func loadSecurity(cfg *config.Config, log *slog.Logger, onRefusal func(code stri
 }
 
 // CheckSecurity reads the files loadSecurity reads the way New does, for
-// check-config, and for serve before it binds its listeners.
+// check-config.
 func CheckSecurity(cfg *config.Config) error {
 	_, err := loadSecurity(cfg, nil, nil)
 	return err

@@ -50,9 +50,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Listeners, when set, are the listeners Run serves on (ListenAll);
-	// else Run binds the configured addresses itself.
-	Listeners *Listeners
+	// Listen has New bind the configured addresses (ListenAll) once it has
+	// read the configuration's files and the bundle, and before it opens
+	// the WAL: a bad file or bundle stops serve before it listens, a port
+	// in use before it creates anything in the data directory. Without it
+	// Run binds them.
+	Listen bool
 	// Listening, when set, is called once every listener is bound, with the
 	// addresses actually bound (so ":0" can be used).
 	Listening func(Addrs)
@@ -125,7 +128,7 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening, lns: o.Listeners}
+	s := &Server{cfg: cfg, log: o.Logger, now: o.Now, listening: o.Listening}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -161,6 +164,16 @@ func New(ctx context.Context, cfg config.Config, o Options) (_ *Server, err erro
 	}
 	for _, w := range b.Warnings() {
 		s.log.Warn("policy bundle", "warning", w)
+	}
+	if o.Listen {
+		if s.lns, err = ListenAll(&cfg); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				s.lns.Close()
+			}
+		}()
 	}
 	store, err := s.openStores(ctx, &cfg)
 	if err != nil {
