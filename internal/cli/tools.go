@@ -265,21 +265,6 @@ func newWAL(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if rep.OK() {
-				// The chain and the indexes hold: then the pages around them.
-				pages, err := db.CheckPages()
-				if err != nil {
-					return err
-				}
-				if !pages.OK() {
-					fmt.Fprintf(stdout, "wal verify: FAILED: the file's pages are inconsistent: %s", pages.Problems[0])
-					if n := len(pages.Problems) - 1 + pages.More; n > 0 {
-						fmt.Fprintf(stdout, " (and %d more problems)", n)
-					}
-					fmt.Fprintf(stdout, "; the hash chain of its %d frames holds\n", rep.Frames)
-					return exitError{code: 1}
-				}
-			}
 			switch {
 			case rep.OK():
 			case rep.ChainHeld:
@@ -288,6 +273,19 @@ func newWAL(stdout io.Writer) *cobra.Command {
 				return exitError{code: 1}
 			default:
 				fmt.Fprintf(stdout, "wal verify: FAILED at seq %d: %s (%d frames good before it)\n", rep.BadSeq, rep.Problem, rep.Frames)
+				return exitError{code: 1}
+			}
+			// The chain and the indexes hold: then the pages around them.
+			pages, err := db.CheckPages()
+			if err != nil {
+				return err
+			}
+			if !pages.OK() {
+				fmt.Fprintf(stdout, "wal verify: FAILED: the file's pages are inconsistent: %s", pages.Problems[0])
+				if n := len(pages.Problems) - 1 + pages.More; n > 0 {
+					fmt.Fprintf(stdout, " (and %d more problems)", n)
+				}
+				fmt.Fprintf(stdout, "; the hash chain of its %d frames holds\n", rep.Frames)
 				return exitError{code: 1}
 			}
 			fmt.Fprintf(stdout, "wal verify: ok, %d frames (seq %d..%d), hash chain intact\n", rep.Frames, rep.FirstSeq, rep.LastSeq)
