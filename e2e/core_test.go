@@ -91,7 +91,7 @@ func wantAllow(t *testing.T, resp *authv3.CheckResponse, auditID string) {
 	}
 }
 
-func wantDeny(t *testing.T, resp *authv3.CheckResponse, code codes.Code, httpStatus int, reason string) {
+func wantDeny(t *testing.T, resp *authv3.CheckResponse, code codes.Code, httpStatus int, reason string) (auditID string) {
 	t.Helper()
 	if got := codes.Code(resp.GetStatus().GetCode()); got != code || resp.GetDeniedResponse() == nil {
 		t.Fatalf("want %v deny %q, got %v %v", code, reason, got, resp)
@@ -100,11 +100,15 @@ func wantDeny(t *testing.T, resp *authv3.CheckResponse, code codes.Code, httpSta
 		t.Fatalf("denied status %d, want %d", got, httpStatus)
 	}
 	var body struct {
-		Error struct{ Code, Reason, AuditID string } `json:"error"`
+		Error struct {
+			Reason  string `json:"reason"`
+			AuditID string `json:"audit_id"`
+		} `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(resp.GetDeniedResponse().GetBody()), &body); err != nil || body.Error.Reason != reason {
 		t.Fatalf("deny body %s, want reason %q (%v)", resp.GetDeniedResponse().GetBody(), reason, err)
 	}
+	return body.Error.AuditID
 }
 
 // auditFrames reads GET /v1/audit/{id}.

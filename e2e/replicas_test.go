@@ -207,15 +207,7 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantDeny(t, free, codes.PermissionDenied, 503, "contract: verifier_unavailable")
-	var freeBody struct {
-		Error struct {
-			AuditID string `json:"audit_id"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(free.GetDeniedResponse().GetBody()), &freeBody); err != nil {
-		t.Fatal(err)
-	}
+	freeAudit := wantDeny(t, free, codes.PermissionDenied, 503, "contract: verifier_unavailable")
 	wantDeny(t, checkEcho(t, r.authz, d.PreflightID, "req-down"), codes.PermissionDenied, 503, "contract: verifier_unavailable")
 	status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight("session:etcd-down-2"))
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "verifier-unavailable") {
@@ -246,7 +238,7 @@ func TestReplicasFailClosedWhileEtcdDown(t *testing.T) {
 	if n := len(r.WaitLog("etcd available again")); n != 1 {
 		t.Fatalf("%d log lines for etcd's return, want 1", n)
 	}
-	frames := auditFrames(t, r.Server, freeBody.Error.AuditID)
+	frames := auditFrames(t, r.Server, freeAudit)
 	if len(frames) == 0 {
 		t.Fatal("no decision frame of the call refused while etcd was down")
 	}
@@ -483,19 +475,11 @@ func TestRefusalWhileHeldIsInTheAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantDeny(t, held, codes.PermissionDenied, 503, "contract: verifier_unavailable")
-	var body struct {
-		Error struct {
-			AuditID string `json:"audit_id"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(held.GetDeniedResponse().GetBody()), &body); err != nil {
-		t.Fatal(err)
-	}
+	heldAudit := wantDeny(t, held, codes.PermissionDenied, 503, "contract: verifier_unavailable")
 	thaw()
 	r.WaitReadyz(http.StatusOK, "etcd's return")
 	r.WaitLog("etcd: refusals answered while the log was held are recorded")
-	frames := auditFrames(t, r.Server, body.Error.AuditID)
+	frames := auditFrames(t, r.Server, heldAudit)
 	var status int
 	var reason string
 	if len(frames) == 1 {
