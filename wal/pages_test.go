@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -436,14 +437,95 @@ func BenchmarkCommitCost(b *testing.B) {
 		t.Cleanup(func() { px.db.Close() })
 		fixtures[i] = px
 	}
-	wall := make([][]time.Duration, len(settings))
-	cpu := make([][]time.Duration, len(settings))
-	for range rounds {
-		for i, px := range fixtures {
+	names := make([]string, len(settings))
+	for i, s := range settings {
+		names[i] = s.name
+	}
+	interleaved(t, rounds, names, "serial consumes each", func(i, _ int) func() error {
+		px := fixtures[i]
+		bs := pagePaths[0].prepare(px, 1)
+		return func() error { return px.db.Update(context.Background(), pagePaths[0].write(px, bs, 0)) }
+	})
+}
+
+// BenchmarkCommitShapes weighs a serial consume's commit against commits
+// that write less, on one log of 1,000 consumed preflights, interleaved one
+// by one as BenchmarkCommitCost does: the consume (its two frames and its
+// consumed marker: the frames tree and the audit index, format version 3),
+// a no-header deny (one decision frame and its audit index entry), the
+// same frame with no audit id (the frames tree alone) and the least
+// durable write (one 16-byte put in a fresh bbolt file, the load command's
+// floor). The deny beside the frame alone bounds what a layout in which
+// the frames and the audit index shared one tree could save: it would
+// still write an index entry, where the frame alone writes none
+// (-benchtime 1000x; docs/PERFORMANCE.md).
+func BenchmarkCommitShapes(b *testing.B) {
+	t := b
+	dir := t.TempDir()
+	db, err := Open(dir, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := &pagesFixture{db: db}
+	px.fill(t, 1000)
+	db.Close()
+	if px.db, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.db.Close() })
+	least, err := bolt.Open(filepath.Join(t.TempDir(), "least.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { least.Close() })
+	var n uint64
+	leastWrite := func() error {
+		n++
+		return least.Update(func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return bk.Put(binary.BigEndian.AppendUint64(nil, n), make([]byte, 16))
+		})
+	}
+	for range 20 {
+		if err := leastWrite(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{"least durable write", pagePaths[0].name, pagePaths[2].name, "decision frame, no audit id"}
+	interleaved(t, b.N, names, "commits each", func(i, round int) func() error {
+		switch i {
+		case 0:
+			return leastWrite
+		case 1: // the consume's write takes the one binding prepared
 			bs := pagePaths[0].prepare(px, 1)
+			return func() error { return px.db.Update(context.Background(), pagePaths[0].write(px, bs, 0)) }
+		case 2:
+			return func() error { return px.db.Update(context.Background(), pagePaths[2].write(px, nil, round)) }
+		}
+		return func() error {
+			return px.db.Update(context.Background(), func(tx *Tx) error {
+				_, err := tx.Append(FrameInput{Kind: KindDecision, Time: t0, Attrs: decisionAttrs(round)})
+				return err
+			})
+		}
+	})
+}
+
+// interleaved runs rounds rounds of one write of each name in turn, the
+// write made by next (untimed) and timed alone, and logs each one's wall
+// time p50 and p90 and the process's CPU (user and system) p50.
+func interleaved(t testing.TB, rounds int, names []string, what string, next func(i, round int) func() error) {
+	wall := make([][]time.Duration, len(names))
+	cpu := make([][]time.Duration, len(names))
+	for r := range rounds {
+		for i := range names {
+			write := next(i, r)
 			c0 := cpuTime(t)
 			start := time.Now()
-			if err := px.db.Update(context.Background(), pagePaths[0].write(px, bs, 0)); err != nil {
+			if err := write(); err != nil {
 				t.Fatal(err)
 			}
 			wall[i] = append(wall[i], time.Since(start))
@@ -451,11 +533,11 @@ func BenchmarkCommitCost(b *testing.B) {
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%d serial consumes each, interleaved\n| setting | commit p50 | p90 | CPU p50 |\n", rounds)
-	for i, s := range settings {
+	fmt.Fprintf(&sb, "%d %s, interleaved\n| write | commit p50 | p90 | CPU p50 |\n", rounds, what)
+	for i, name := range names {
 		slices.Sort(wall[i])
 		slices.Sort(cpu[i])
-		fmt.Fprintf(&sb, "| %s | %d µs | %d µs | %d µs |\n", s.name, wall[i][rounds/2].Microseconds(),
+		fmt.Fprintf(&sb, "| %s | %d µs | %d µs | %d µs |\n", name, wall[i][rounds/2].Microseconds(),
 			wall[i][rounds*9/10].Microseconds(), cpu[i][rounds/2].Microseconds())
 	}
 	t.Log("\n" + sb.String())
