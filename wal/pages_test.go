@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/ids"
 	"github.com/contractrefine/autonomy/preflight"
 	bolt "go.etcd.io/bbolt"
@@ -454,11 +454,11 @@ func BenchmarkCommitCost(b *testing.B) {
 // consumed marker: the frames tree and the audit index, format version 3),
 // a no-header deny (one decision frame and its audit index entry), the
 // same frame with no audit id (the frames tree alone) and the least
-// durable write (one 16-byte put in a fresh bbolt file, the load command's
-// floor). The deny beside the frame alone bounds what a layout in which
-// the frames and the audit index shared one tree could save: it would
-// still write an index entry, where the frame alone writes none
-// (-benchtime 1000x; docs/PERFORMANCE.md).
+// durable write (benchutil.LeastWriter, the load command's floor). The
+// deny beside the frame alone bounds what a layout in which the frames and
+// the audit index shared one tree could save: it would still write an
+// index entry, where the frame alone writes none (-benchtime 1000x;
+// docs/PERFORMANCE.md).
 func BenchmarkCommitShapes(b *testing.B) {
 	t := b
 	dir := t.TempDir()
@@ -473,32 +473,16 @@ func BenchmarkCommitShapes(b *testing.B) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.db.Close() })
-	least, err := bolt.Open(filepath.Join(t.TempDir(), "least.db"), 0o600, nil)
+	least, err := benchutil.NewLeastWriter(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { least.Close() })
-	var n uint64
-	leastWrite := func() error {
-		n++
-		return least.Update(func(tx *bolt.Tx) error {
-			bk, err := tx.CreateBucketIfNotExists([]byte("b"))
-			if err != nil {
-				return err
-			}
-			return bk.Put(binary.BigEndian.AppendUint64(nil, n), make([]byte, 16))
-		})
-	}
-	for range 20 {
-		if err := leastWrite(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	names := []string{"least durable write", pagePaths[0].name, pagePaths[2].name, "decision frame, no audit id"}
 	interleaved(t, b.N, names, "commits each", func(i, round int) func() error {
 		switch i {
 		case 0:
-			return leastWrite
+			return least.Write
 		case 1: // the consume's write takes the one binding prepared
 			bs := pagePaths[0].prepare(px, 1)
 			return func() error { return px.db.Update(context.Background(), pagePaths[0].write(px, bs, 0)) }

@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 
+	"github.com/contractrefine/autonomy/internal/benchutil"
 	"github.com/contractrefine/autonomy/internal/etcdtest"
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -226,11 +227,11 @@ func run(ctx context.Context, cfg settings, out io.Writer) (*report, error) {
 // measured between the serial consumes; then the service's memory.
 func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.Writer, work string) error {
 	// The store's floor, measured between the serial consumes.
-	least, err := newLeastWriter(filepath.Join(work, "least"))
+	least, err := benchutil.NewLeastWriter(filepath.Join(work, "least"))
 	if err != nil {
 		return err
 	}
-	defer least.close()
+	defer least.Close()
 
 	floors, faddrs, err := startFloors()
 	if err != nil {
@@ -260,7 +261,7 @@ func mainRun(ctx context.Context, cfg settings, cl *client, rep *report, out io.
 	if err != nil {
 		return err
 	}
-	svc.between = &sampler{op: least.write}
+	svc.between = &sampler{op: least.Write}
 	floorHTTP := "http://" + faddrs.HTTP
 	for _, conc := range cfg.conc {
 		fmt.Fprintf(out, "concurrency %d: %d rounds of %s a scenario ...\n", conc, cfg.rounds, cfg.duration/time.Duration(cfg.rounds))
