@@ -118,17 +118,24 @@ func (s *Store) logSent(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame,
 // A log held until copies are settled takes no frame: the refusal's frame
 // waits in memory and is appended once the log is released (refusals.go).
 func (s *Store) AppendRefusal(ctx context.Context, in wal.FrameInput) (wal.Frame, error) {
-	frames, req, err := s.logSent(ctx, []wal.FrameInput{in})
+	frames, err := s.logRefusals(ctx, []wal.FrameInput{in})
 	if errors.Is(err, wal.ErrHeld) {
 		s.holdRefusal(in)
 	}
 	if err != nil || len(frames) != 1 {
 		return wal.Frame{}, err
 	}
-	if req != nil {
+	return frames[0], nil
+}
+
+// logRefusals appends the frames of refusals to the log and returns once
+// the log has them; their copy goes on in the background (AppendRefusal).
+func (s *Store) logRefusals(ctx context.Context, ins []wal.FrameInput) ([]wal.Frame, error) {
+	frames, req, err := s.logSent(ctx, ins)
+	if err == nil && req != nil {
 		s.recopy(req)
 	}
-	return frames[0], nil
+	return frames, err
 }
 
 // startCopy queues frames, appended to the log at base, for a copy

@@ -73,7 +73,7 @@ func (s *Store) appendHeldRefusals() {
 	}
 	for len(ins) > 0 {
 		chunk := ins[:min(len(ins), heldChunk)]
-		frames, req, err := s.logSent(s.bg, chunk)
+		frames, err := s.logRefusals(s.bg, chunk)
 		if err != nil {
 			if errors.Is(err, wal.ErrClosed) || s.log.Trusted() != nil || s.bg.Err() != nil {
 				s.logger.Error("etcd: cannot write the decision frames of refusals answered while the log was held", "frames", len(ins), "err", err)
@@ -81,9 +81,6 @@ func (s *Store) appendHeldRefusals() {
 			}
 			s.requeueRefusals(ins)
 			return
-		}
-		if req != nil {
-			s.recopy(req)
 		}
 		s.logger.Info("etcd: refusals answered while the log was held are recorded", "frames", len(frames))
 		ins = ins[len(chunk):]
