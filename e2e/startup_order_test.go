@@ -15,15 +15,11 @@ import (
 // fails before it opens the WAL, so the data dir stays empty.
 func TestServeOnABusyPortLeavesNoWAL(t *testing.T) {
 	t.Parallel()
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	busy := holdPort(t)
 	for name, flag := range map[string]string{"http": "--http-addr", "grpc": "--grpc-addr"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
-			args := []string{"serve", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", flag, busy.Addr().String()}
+			args := []string{"serve", "--data-dir", dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", flag, busy}
 			res := RunAutonomy(t, args...)
 			if res.Code == 0 || !strings.Contains(res.Stderr, "address already in use") {
 				t.Fatalf("serve on a busy %s port: exit %d, stderr %s", name, res.Code, res.Stderr)
@@ -104,11 +100,7 @@ func TestListeningLineAtEveryLogLevel(t *testing.T) {
 // files were once read after the WAL was opened.
 func TestServeChecksItsFilesBeforeItListens(t *testing.T) {
 	t.Parallel()
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	busy := holdPort(t)
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	for key, yaml := range map[string]string{
 		"store.etcd.tls.ca_file": "store:\n  etcd:\n    endpoints: [https://127.0.0.1:1]\n    tls:\n      ca_file: " + missing + "\n",
@@ -118,7 +110,7 @@ func TestServeChecksItsFilesBeforeItListens(t *testing.T) {
 		t.Run(key, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
 			cfg := writeFile(t, "serve.yaml", yaml)
-			res := RunAutonomy(t, "serve", "--config", cfg, "--data-dir", dir, "--http-addr", busy.Addr().String(), "--grpc-addr", "127.0.0.1:0")
+			res := RunAutonomy(t, "serve", "--config", cfg, "--data-dir", dir, "--http-addr", busy, "--grpc-addr", "127.0.0.1:0")
 			if res.Code == 0 || strings.Contains(res.Stderr, "address already in use") || !strings.Contains(res.Stderr, missing) {
 				t.Fatalf("serve with %s missing: exit %d, stderr %s; want the file named before any port", key, res.Code, res.Stderr)
 			}
@@ -127,4 +119,16 @@ func TestServeChecksItsFilesBeforeItListens(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdPort holds a loopback port for the test's length and returns its
+// address: a port serve finds in use.
+func holdPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
 }
