@@ -72,8 +72,13 @@
 //
 // and frame copies shared between replicas (etcd) keep that form, so that
 // replicas of either version read each other's during an upgrade
-// (EncodeFrame, SharedForm). A stored JSON frame starts with '{', so the
-// first byte tells the forms apart. Packing is storage only: the hash covers
+// (EncodeFrame, SharedForm). A shared copy may hold several frames (the
+// frames of one call under one audit id), each in one of those forms:
+//
+//	0x03  then for each frame: uvarint(n)  n bytes: the frame
+//
+// (EncodeFrameList, DecodeFrameList; never a stored frame). A stored JSON
+// frame starts with '{', so the first byte tells the forms apart. Packing is storage only: the hash covers
 // the canonical attrs either way, DecodeFrame returns the same Frame, and
 // Export writes JSON. It keeps a one-step preflight well under the 2 KB a
 // frame may take on disk (the decision JSON alone is about 1.5 KB;

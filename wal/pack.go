@@ -31,7 +31,9 @@ import (
 //	      copies shared with other replicas carry it (EncodeFrame), so a
 //	      replica of either version reads them.
 //
-// Everything else is stored as its JSON, which always starts with '{'. The
+// Everything else is stored as its JSON, which always starts with '{'.
+// Marker 0x03 is taken too: it opens a list of shared frames in one value
+// (EncodeFrameList), never a stored frame. The
 // hash covers the canonical attrs, as for every frame, so packing changes
 // nothing that Verify checks or that readers see: DecodeFrame gives back the
 // same Frame.

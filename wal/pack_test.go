@@ -171,6 +171,58 @@ func TestSharedFramesReadByEitherVersion(t *testing.T) {
 	}
 }
 
+// TestFrameListsReadBack: a list of shared frames, JSON and packed, reads
+// back as those frames in order; one frame is its own value; DecodeFrame
+// refuses a list, and a damaged list is refused as corrupt.
+func TestFrameListsReadBack(t *testing.T) {
+	db := openTest(t, nil)
+	fs, err := db.AppendFrames(context.Background(), []FrameInput{
+		{Kind: KindConsumed, AuditID: "au_list", Time: t0, Attrs: map[string]any{"step_id": "s1"}},
+		{Kind: KindDecision, AuditID: "au_list", Time: t0, Attrs: bigAttrs()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := [][]byte{EncodeFrame(&fs[0]), EncodeFrame(&fs[1])}
+	if shared[0][0] != '{' || shared[1][0] != packDeflate {
+		t.Fatalf("forms %q and %q, want JSON and DEFLATE", shared[0][0], shared[1][0])
+	}
+	if one := EncodeFrameList(shared[:1]); !bytes.Equal(one, shared[0]) {
+		t.Fatalf("a list of one frame is %q, want the frame itself", one)
+	}
+	list := EncodeFrameList(shared)
+	got, err := DecodeFrameList(list)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("DecodeFrameList: %d frames, %v", len(got), err)
+	}
+	for i := range got {
+		if got[i].Seq != fs[i].Seq || got[i].Hash != fs[i].Hash || !got[i].HashMatches() {
+			t.Fatalf("frame %d read back as %+v, want %+v", i, got[i], fs[i])
+		}
+	}
+	if got, err := DecodeFrameList(shared[1]); err != nil || len(got) != 1 || got[0].Hash != fs[1].Hash {
+		t.Fatalf("a single frame read as a list: %+v %v", got, err)
+	}
+	if _, err := DecodeFrame(list); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("DecodeFrame of a list: %v, want ErrCorrupt", err)
+	}
+	cases := map[string][]byte{
+		"tag only":        {listTag},
+		"one frame":       append(binary.AppendUvarint([]byte{listTag}, uint64(len(shared[0]))), shared[0]...),
+		"length past end": list[:len(list)-1],
+		"bad length":      {listTag, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"trailing byte":   append(bytes.Clone(list), 0x05),
+		"damaged frame":   append(append(binary.AppendUvarint([]byte{listTag}, 2), "{}"...), list[1:]...),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := DecodeFrameList(b); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeFrameList: %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
 // TestPackDictionaryIsFrozen: the 0x02 frames already written read back
 // only with these bytes; a new dictionary needs a new marker.
 func TestPackDictionaryIsFrozen(t *testing.T) {

@@ -1,6 +1,10 @@
 package wal
 
-import "context"
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+)
 
 // A store that keeps the state apart from the log (a shared store such as
 // etcd) still writes every frame here, the replica's record of proof, but
@@ -81,3 +85,57 @@ func SharedForm(f *Frame, stored []byte) []byte {
 // HashMatches reports whether f's hash is the one its contents and
 // prev_hash give: a frame copied out of a log was not altered on the way.
 func (f *Frame) HashMatches() bool { return f.hashMatches() }
+
+// listTag opens a value that holds several frames as replicas share them
+// (EncodeFrameList). A single frame starts with '{' or a packing marker
+// (pack.go), never with it, so DecodeFrame refuses a list and
+// DecodeFrameList reads either.
+const listTag = 0x03
+
+// EncodeFrameList returns the frames of shared, each as EncodeFrame or
+// SharedForm gave it, as one value: the frame itself when there is one,
+// otherwise listTag and each frame after its length (a uvarint).
+func EncodeFrameList(shared [][]byte) []byte {
+	if len(shared) == 1 {
+		return shared[0]
+	}
+	n := 1
+	for _, b := range shared {
+		n += binary.MaxVarintLen64 + len(b)
+	}
+	out := append(make([]byte, 0, n), listTag)
+	for _, b := range shared {
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// DecodeFrameList parses a value EncodeFrameList wrote: one frame, or a
+// list of them in the order they were given.
+func DecodeFrameList(b []byte) ([]Frame, error) {
+	if len(b) == 0 || b[0] != listTag {
+		f, err := DecodeFrame(b)
+		if err != nil {
+			return nil, err
+		}
+		return []Frame{f}, nil
+	}
+	var out []Frame
+	for rest := b[1:]; len(rest) > 0; {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > uint64(len(rest)-k) {
+			return nil, fmt.Errorf("%w: frame list with a bad length", ErrCorrupt)
+		}
+		f, err := DecodeFrame(rest[k : k+int(n)])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+		rest = rest[k+int(n):]
+	}
+	if len(out) < 2 {
+		return nil, fmt.Errorf("%w: frame list of %d frames", ErrCorrupt, len(out))
+	}
+	return out, nil
+}

@@ -126,7 +126,7 @@ func TestWALCheckStore(t *testing.T) {
 	}
 	var elsewhere string
 	for _, kv := range copies.Kvs {
-		if f, err := wal.DecodeFrame(kv.Value); err == nil && f.Kind == wal.KindConsumed {
+		if fs, err := wal.DecodeFrameList(kv.Value); err == nil && fs[0].Kind == wal.KindConsumed {
 			elsewhere = strings.Replace(string(kv.Key), "/replica-a/", "/replica-b/", 1)
 			if _, err := cli.Put(ctx, elsewhere, string(kv.Value)); err != nil {
 				t.Fatal(err)

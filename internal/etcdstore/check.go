@@ -97,9 +97,13 @@ func (s *Store) Check(ctx context.Context, now time.Time) (CheckReport, error) {
 	if err != nil {
 		return c.rep, err
 	}
-	for _, k := range pending {
-		if seq, _ := keySeq(k); c.copies[seq] != nil && c.copies[seq].key == k {
-			c.copies[seq].pending = true
+	if len(pending) > 0 {
+		keys := make(map[string]bool, len(pending))
+		for _, k := range pending {
+			keys[k] = true
+		}
+		for _, cp := range c.copies {
+			cp.pending = keys[cp.key]
 		}
 	}
 	// The WAL from as far back as etcd may still hold records (record_ttl
@@ -147,17 +151,20 @@ func (s *Store) readRecords(ctx context.Context, c *checkRun) error {
 		if len(parts) < 3 {
 			return nil
 		}
-		f, err := wal.DecodeFrame(kv.Value)
+		fs, err := wal.DecodeFrameList(kv.Value)
 		if err != nil {
 			return fmt.Errorf("frame copy %s: %w", kv.Key, err)
 		}
-		if strings.Join(parts[1:len(parts)-1], "/") != s.o.Replica {
-			if f.Kind == wal.KindConsumed {
-				c.consumedElsewhere[consumedCall{attrString(&f, "preflight_id"), attrString(&f, "request_id")}] = true
+		mine := strings.Join(parts[1:len(parts)-1], "/") == s.o.Replica
+		for i := range fs {
+			f := &fs[i]
+			switch {
+			case mine:
+				c.copies[f.Seq] = &etcdCopy{key: string(kv.Key), f: *f}
+			case f.Kind == wal.KindConsumed:
+				c.consumedElsewhere[consumedCall{attrString(f, "preflight_id"), attrString(f, "request_id")}] = true
 			}
-			return nil
 		}
-		c.copies[f.Seq] = &etcdCopy{key: string(kv.Key), f: f}
 		return nil
 	})
 	if err != nil {

@@ -147,10 +147,7 @@ func (s *Store) sendPeeks(ctx context.Context, batch []*peekRequest) {
 	for _, r := range batch {
 		ops = append(ops, s.readOps(r.id)...)
 	}
-	octx, cancel := s.opCtx(ctx)
-	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
-	err = s.seen(octx, err)
-	cancel()
+	resp, err := s.thenTxn(ctx, ops...)
 	if err == nil && len(resp.Responses) != len(ops) {
 		err = fmt.Errorf("%w: %d answers to %d reads", ErrUnavailable, len(resp.Responses), len(ops))
 	}

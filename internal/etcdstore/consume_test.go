@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -173,17 +174,28 @@ func TestSplitAttempts(t *testing.T) {
 	}
 }
 
+// framesOf is n frames, each run of them under one audit id of its own.
+func framesOf(runs ...int) []wal.Frame {
+	var fs []wal.Frame
+	for i, n := range runs {
+		for range n {
+			fs = append(fs, wal.Frame{AuditID: fmt.Sprintf("au_%d", i)})
+		}
+	}
+	return fs
+}
+
 // TestSplitAttemptsAndCopies: attempts and copies share a transaction
 // whose top-level operations (an attempt's sub-transaction, a copy's put,
 // the copy index) leave room for the attempts' two levels, and the queue's
-// order is kept.
+// order is kept. The frames of one audit id in a row are one put.
 func TestSplitAttemptsAndCopies(t *testing.T) {
 	var pending []part
 	for i := range 100 {
 		if i%3 == 0 {
 			pending = append(pending, part{a: &attempt{key: fmt.Sprintf("k%d", i), bytes: 100}})
 		} else {
-			pending = append(pending, part{c: &copyRequest{frames: make([]wal.Frame, 2), bytes: 1000}})
+			pending = append(pending, part{c: &copyRequest{frames: framesOf(2, 1), bytes: 1000}})
 		}
 	}
 	batch, rest := splitParts(pending)
@@ -194,7 +206,7 @@ func TestSplitAttemptsAndCopies(t *testing.T) {
 			ops++
 		} else {
 			copies++
-			ops += len(p.c.frames)
+			ops += 2 // two audit ids
 		}
 	}
 	ops++ // the copy index
@@ -211,7 +223,7 @@ func TestSplitAttemptsAndCopies(t *testing.T) {
 		t.Errorf("split %d into %d and %d, not a prefix", len(pending), len(batch), len(rest))
 	}
 	// A copy alone too large for the bound still goes, alone.
-	big := part{c: &copyRequest{frames: make([]wal.Frame, maxTxnOps+1)}}
+	big := part{c: &copyRequest{frames: framesOf(slices.Repeat([]int{1}, maxTxnOps+1)...)}}
 	batch, rest = splitParts([]part{big, pending[0]})
 	if len(batch) != 1 || len(rest) != 1 {
 		t.Errorf("a copy too large split into %d and %d, want it alone", len(batch), len(rest))

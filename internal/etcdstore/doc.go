@@ -15,7 +15,10 @@
 //	P i/<idempotency key>              idempotency record: JSON {"request_digest","preflight_id"}
 //	P ic/<idempotency key>             a claim of the key by a submission being decided
 //	P sl/<session key>/…               the lock of a repair session (clientv3/concurrency)
-//	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of a frame in the writing replica's log
+//	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of frames in the writing replica's log: the
+//	                                   frame of seq, as the log shares it (wal.EncodeFrame), or a list of it
+//	                                   and the frames after it of the same commit and audit id
+//	                                   (wal.EncodeFrameList: a consume's consumed and decision frames)
 //	P e/<replica>                      the replica's fence, under a record lease: a lone consume's
 //	                                   transaction requires its revision, which moves before lost copies
 //	                                   are deleted; an expired fence is put again (fence.go)
@@ -60,7 +63,7 @@
 // copy index (base: the head) in its Then branch:
 //
 //	If(CreateRevision(P c/id/step) = 0, CreateRevision(P b/id) > 0)
-//	Then(Put(P c/id/step), Put(P f/…) for each frame, Put(P r/<replica>/<last seq>))
+//	Then(Put(P c/id/step), Put(P f/…) of its frames, Put(P r/<replica>/<last seq>))
 //	Else(Get(P b/id), Get(P c/id/ …))
 //
 // Once it commits, the allow is answered: the marker and the frames'
@@ -143,8 +146,16 @@
 // waits one round trip and a busy replica sends far fewer requests than
 // calls. GET /v1/audit reads the copies of every replica (and the local
 // log, for frames whose copies expired), so it answers the same on every
-// live replica, also after the writer died. A preflight's frame is written
-// before its binding, so a binding in etcd always has its frame somewhere;
+// live replica, also after the writer died. The frames of one call that
+// follow each other under one audit id (a consume's consumed and decision
+// frames) are one copy, one value under the first frame's key (copyRuns):
+// each key etcd holds costs its member an index entry, a backend write
+// and a lease attachment whatever the value's size, and one put a consume
+// rather than two cut the member's CPU a consume at 64 callers by 13 %
+// (docs/PERFORMANCE.md, "One copy a consume"). A reader takes a value as
+// one frame or a list (wal.DecodeFrameList). A preflight's frame is
+// written before its binding, so a binding in etcd always has its frame
+// somewhere;
 // a write refused as a conflict after the frame leaves the frame in the
 // local log alone, which `autonomy wal check-store` reports.
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sort"
 	"time"
@@ -212,9 +213,47 @@ type copyWrite struct {
 	values [][]byte
 }
 
+// copyRuns yields the frames of fs that share one copy, as the bounds
+// [i, j) of each run: consecutive frames of one audit id (a consume's
+// autonomy.preflight_consumed and decision frames) are one value under the
+// first one's key (doc.go), one put where they would be one each.
+func copyRuns(fs []wal.Frame) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for i := 0; i < len(fs); {
+			j := i + 1
+			for j < len(fs) && fs[j].AuditID == fs[i].AuditID {
+				j++
+			}
+			if !yield(i, j) {
+				return
+			}
+			i = j
+		}
+	}
+}
+
+// copyPuts is how many puts the copies of fs take.
+func copyPuts(fs []wal.Frame) int {
+	n := 0
+	for range copyRuns(fs) {
+		n++
+	}
+	return n
+}
+
+// copyKeys appends the keys of the copies of fs, as encodeCopies names
+// them, to keys.
+func (s *Store) copyKeys(keys []string, fs []wal.Frame) []string {
+	for i := range copyRuns(fs) {
+		keys = append(keys, s.p.frame(fs[i].AuditID, s.o.Replica, fs[i].Seq))
+	}
+	return keys
+}
+
 // encodeCopies encodes the copies of batch and their index, and names
 // the index in every request of batch. A frame the log stored goes as
-// the log's bytes.
+// the log's bytes; the frames of one run (copyRuns) go as one value
+// (wal.EncodeFrameList).
 func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 	n := countFrames(batch)
 	idx := copyIndex{Frames: make([]string, 0, n), Instance: s.instance}
@@ -224,17 +263,21 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 		if r.baseSeq >= idx.BaseSeq {
 			idx.BaseSeq, idx.BaseHash = r.baseSeq, r.baseHash
 		}
-		for i := range r.frames {
+		for i, j := range copyRuns(r.frames) {
 			f := &r.frames[i]
 			k := s.p.appendFrame(nil, f.AuditID, s.o.Replica, f.Seq)
 			w.keys = append(w.keys, k)
 			idx.Frames = append(idx.Frames, string(k))
-			if r.stored != nil {
-				w.values = append(w.values, wal.SharedForm(f, r.stored[i]))
-			} else {
-				w.values = append(w.values, wal.EncodeFrame(f))
+			shared := make([][]byte, 0, j-i)
+			for x := i; x < j; x++ {
+				if r.stored != nil {
+					shared = append(shared, wal.SharedForm(&r.frames[x], r.stored[x]))
+				} else {
+					shared = append(shared, wal.EncodeFrame(&r.frames[x]))
+				}
 			}
-			last = max(last, f.Seq)
+			w.values = append(w.values, wal.EncodeFrameList(shared))
+			last = max(last, r.frames[j-1].Seq)
 		}
 	}
 	key := s.p.copyIndex(s.o.Replica, last)
@@ -297,16 +340,19 @@ func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.
 	var all []replicaFrame
 	own := map[uint64]bool{}
 	for _, kv := range resp.Kvs {
-		f, err := wal.DecodeFrame(kv.Value)
+		fs, err := wal.DecodeFrameList(kv.Value)
 		if err != nil {
 			return nil, err
 		}
-		rep := frameReplica(&f)
-		if rep == s.o.Replica {
-			own[f.Seq] = true
-		}
-		if keep(&f) {
-			all = append(all, replicaFrame{f: f, replica: rep})
+		for i := range fs {
+			f := &fs[i]
+			rep := frameReplica(f)
+			if rep == s.o.Replica {
+				own[f.Seq] = true
+			}
+			if keep(f) {
+				all = append(all, replicaFrame{f: *f, replica: rep})
+			}
 		}
 	}
 	local, err := s.log.AuditFramesOf(ctx, auditID, kinds)

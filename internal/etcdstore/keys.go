@@ -19,6 +19,9 @@ func (p keys) sessionLock(key string) string { return string(p) + "sl/" + key + 
 func (p keys) idempotency(key string) string { return string(p) + "i/" + key }
 func (p keys) claim(key string) string       { return string(p) + "ic/" + key }
 func (p keys) frames(auditID string) string  { return string(p) + "f/" + auditID + "/" }
+func (p keys) replicaFrames(auditID, replica string) string {
+	return p.frames(auditID) + replica + "/"
+}
 func (p keys) frame(auditID, replica string, seq uint64) string {
 	return string(p.appendFrame(nil, auditID, replica, seq))
 }

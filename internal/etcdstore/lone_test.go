@@ -115,8 +115,9 @@ func checkOnly(t *testing.T, s *Store, allowed ...string) {
 }
 
 // TestLoneConsumeOneTransaction: a lone consume puts its marker and its
-// frames' copies in one transaction; the copies are the log's frames,
-// byte for byte, and every replica's audit join has the decision.
+// frames' copy in one transaction; the copy is one value, the log's
+// frames byte for byte under the first one's key, and every replica's
+// audit join has the decision.
 func TestLoneConsumeOneTransaction(t *testing.T) {
 	prefix := newPrefix()
 	a := open(t, "replica-a", prefix, t.TempDir())
@@ -133,11 +134,11 @@ func TestLoneConsumeOneTransaction(t *testing.T) {
 	if len(fs) != 2 || fs[0].Kind != wal.KindConsumed || fs[1].Kind != wal.KindDecision {
 		t.Fatalf("the lone consume's frames: %+v; want its consumed and decision frames", fs)
 	}
-	for i := range fs {
-		resp, err := a.cli.Get(ctx, a.p.frame(fs[i].AuditID, "replica-a", fs[i].Seq))
-		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != string(wal.EncodeFrame(&fs[i])) {
-			t.Fatalf("copy of frame %d: %v, %v; want the frame as the log stores it", fs[i].Seq, resp.Kvs, err)
-		}
+	resp, err := a.cli.Get(ctx, a.p.replicaFrames(bd.AuditID, "replica-a"), clientv3.WithPrefix())
+	want := wal.EncodeFrameList([][]byte{wal.EncodeFrame(&fs[0]), wal.EncodeFrame(&fs[1])})
+	if err != nil || len(resp.Kvs) != 2 || string(resp.Kvs[1].Key) != a.p.frame(bd.AuditID, "replica-a", fs[0].Seq) ||
+		string(resp.Kvs[1].Value) != string(want) {
+		t.Fatalf("copies under the audit id: %v, %v; want the preflight's, then one of both frames as the log stores them", resp.Kvs, err)
 	}
 	got, err := b.AuditFrames(ctx, bd.AuditID)
 	if err != nil || len(got) != 2 || got[1].Hash != fs[1].Hash {

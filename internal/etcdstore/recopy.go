@@ -67,20 +67,13 @@ func (s *Store) recopyTail(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		ops := make([]clientv3.Op, len(batch))
-		for i := range batch {
-			ops[i] = clientv3.OpGet(s.p.frame(batch[i].AuditID, s.o.Replica, batch[i].Seq), clientv3.WithCountOnly())
-		}
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.cli.Txn(octx).Then(ops...).Commit()
-		err = s.seen(octx, err)
-		cancel()
+		have, err := s.copiedSeqs(ctx, batch)
 		if err != nil {
 			return err
 		}
-		for i, r := range resp.Responses {
-			if r.GetResponseRange().GetCount() == 0 {
-				missing = append(missing, batch[i])
+		for _, f := range batch {
+			if !have[f.Seq] {
+				missing = append(missing, f)
 			}
 		}
 		batch = batch[:0]
@@ -116,4 +109,36 @@ func (s *Store) recopyTail(ctx context.Context) error {
 	s.logger.Info("etcd: frames whose copy had failed before the last stop are copied", "frames", len(missing),
 		"first_seq", missing[0].Seq, "last_seq", missing[len(missing)-1].Seq)
 	return nil
+}
+
+// copiedSeqs reads this replica's copies under the audit ids of fs, in one
+// transaction, and returns the seqs they hold: a copy may hold several
+// frames (copyRuns), so a frame's copy is not always under its own seq's
+// key. A copy that does not decode counts for its key's seq.
+func (s *Store) copiedSeqs(ctx context.Context, fs []wal.Frame) (map[uint64]bool, error) {
+	var ops []clientv3.Op
+	seen := map[string]bool{}
+	for i := range fs {
+		if id := fs[i].AuditID; !seen[id] {
+			seen[id] = true
+			ops = append(ops, clientv3.OpGet(s.p.replicaFrames(id, s.o.Replica), clientv3.WithPrefix()))
+		}
+	}
+	resp, err := s.thenTxn(ctx, ops...)
+	if err != nil {
+		return nil, err
+	}
+	have := map[uint64]bool{}
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			if seq, ok := keySeq(string(kv.Key)); ok {
+				have[seq] = true
+			}
+			copied, _ := wal.DecodeFrameList(kv.Value)
+			for _, f := range copied {
+				have[f.Seq] = true
+			}
+		}
+	}
+	return have, nil
 }

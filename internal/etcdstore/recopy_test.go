@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/contractrefine/autonomy/wal"
 )
 
@@ -53,5 +55,38 @@ func TestRestartCopiesWhatFailedBefore(t *testing.T) {
 		if p.Kind != wal.KindPreflight {
 			t.Errorf("check-store after the restart: %+v", p)
 		}
+	}
+}
+
+// TestRecopyFindsFramesInOneCopy: a consume's consumed and decision frames
+// share one copy under the first one's key; the check at open finds the
+// decision there and sends nothing again, so no audit join shows it twice.
+func TestRecopyFindsFramesInOneCopy(t *testing.T) {
+	ctx := context.Background()
+	a := open(t, "replica-a", newPrefix(), t.TempDir())
+	defer closeStore(a)
+	bd := recordSteps(t, a, "pf_recopy_list", 1)
+	if res, err := a.Consume(ctx, consumeIn(&bd, "req-recopy-list")); err != nil || res.Status != wal.Consumed {
+		t.Fatalf("consume: %v, %v", res.Status, err)
+	}
+	keys := func() int {
+		resp, err := a.cli.Get(ctx, a.p.replicaFrames(bd.AuditID, "replica-a"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(resp.Count)
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d copies under the audit id, want the preflight's and one of the consume's two frames", n)
+	}
+	if err := a.recopyTail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d copies after the check at open, want still 2", n)
+	}
+	got, err := a.AuditFramesOf(ctx, bd.AuditID, []string{wal.KindPreflight, wal.KindConsumed, wal.KindDecision})
+	if err != nil || len(got) != 3 || got[1].Kind != wal.KindConsumed || got[2].Kind != wal.KindDecision {
+		t.Fatalf("audit join: %+v, %v; want the preflight, consumed and decision frames once each", got, err)
 	}
 }

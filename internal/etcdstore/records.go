@@ -278,10 +278,8 @@ func (s *Store) readGuards(ctx context.Context, rec *wal.PreflightRecord) (guard
 	if rec.Idempotency != nil {
 		ops = append(ops, clientv3.OpGet(s.p.idempotency(rec.Idempotency.Key)))
 	}
-	octx, cancel := s.opCtx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
-	if err = s.seen(octx, err); err != nil {
+	resp, err := s.thenTxn(ctx, ops...)
+	if err != nil {
 		return g, err
 	}
 	i := 0

@@ -116,10 +116,7 @@ func (s *Store) dropper() {
 					continue
 				}
 			}
-			for i := range r.frames {
-				keys = append(keys, s.p.frame(r.frames[i].AuditID, s.o.Replica, r.frames[i].Seq))
-			}
-			keys = append(keys, r.index)
+			keys = append(s.copyKeys(keys, r.frames), r.index)
 			indexes++
 		}
 		if len(keys) > 0 {
@@ -152,11 +149,7 @@ func (s *Store) deleteKeys(keys []string) error {
 				ops = append(ops, clientv3.OpDelete(k))
 			}
 		}
-		octx, cancel := s.opCtx(s.bg)
-		_, err := s.cli.Txn(octx).Then(ops...).Commit()
-		err = s.seen(octx, err)
-		cancel()
-		if err != nil {
+		if _, err := s.thenTxn(s.bg, ops...); err != nil {
 			return err
 		}
 	}
@@ -326,8 +319,9 @@ func (s *Store) continuing(head uint64, hash string, copies map[uint64]wal.Frame
 	}
 }
 
-// getFrames reads the copies under keys, by seq; a key gone or holding
-// what does not decode is left out.
+// getFrames reads the frames of the copies under keys, by seq; a key
+// gone, holding what does not decode or whose first frame is not its
+// seq's is left out.
 func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Frame, error) {
 	out := map[uint64]wal.Frame{}
 	for chunk := range slices.Chunk(keys, maxTxnOps) {
@@ -335,10 +329,7 @@ func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Fr
 		for i, k := range chunk {
 			ops[i] = clientv3.OpGet(k)
 		}
-		octx, cancel := s.opCtx(ctx)
-		resp, err := s.cli.Txn(octx).Then(ops...).Commit()
-		err = s.seen(octx, err)
-		cancel()
+		resp, err := s.thenTxn(ctx, ops...)
 		if err != nil {
 			return nil, err
 		}
@@ -347,9 +338,11 @@ func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Fr
 			if len(kvs) == 0 {
 				continue
 			}
-			f, err := wal.DecodeFrame(kvs[0].Value)
-			if seq, _ := keySeq(chunk[i]); err == nil && f.Seq == seq {
-				out[seq] = f
+			fs, err := wal.DecodeFrameList(kvs[0].Value)
+			if seq, _ := keySeq(chunk[i]); err == nil && fs[0].Seq == seq {
+				for _, f := range fs {
+					out[f.Seq] = f
+				}
 			}
 		}
 	}

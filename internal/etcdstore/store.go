@@ -307,6 +307,15 @@ func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.o.RequestTimeout)
 }
 
+// thenTxn sends ops as one transaction with no condition, within a
+// request timeout, its error as seen returns it.
+func (s *Store) thenTxn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	return resp, s.seen(octx, err)
+}
+
 // seen records what an etcd request's error says of etcd's availability
 // and returns the error as callers get it: nil, or wrapping
 // ErrUnavailable and err (withLease looks for rpctypes.ErrLeaseNotFound

@@ -48,7 +48,7 @@ const maxAttempts = maxTxnOps - 2
 
 // splitParts takes, in the queue's order, attempts on distinct marker
 // keys and copies while their operations fit (one per attempt, one per
-// copy and one for the copy index, at most maxAttempts when the
+// copy put (copyRuns) and one for the copy index, at most maxAttempts when the
 // transaction carries an attempt, else maxTxnOps) within maxTxnBytes, and
 // every other attempt queued on one of those keys. The first request
 // alone may cost more, and then has a transaction of its own.
@@ -90,7 +90,7 @@ func splitParts(pending []part) (batch, rest []part) {
 			batch = append(batch, p)
 			continue
 		}
-		n := len(p.c.frames)
+		n := copyPuts(p.c.frames)
 		if !copies {
 			n++ // the copy index
 		}
