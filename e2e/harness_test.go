@@ -299,9 +299,19 @@ var readyzClient = &http.Client{Timeout: 5 * time.Second}
 // and returns the answer's body.
 func (s *Server) WaitReadyz(want int, after string) string {
 	s.t.Helper()
-	deadline := time.Now().Add(startTimeout)
+	status, body, ok := s.readyzWithin(want, startTimeout)
+	if !ok {
+		s.t.Fatalf("/readyz still %d (%s) %s after %s, want %d:\n%s", status, body, startTimeout, after, want, s.Logs())
+	}
+	return body
+}
+
+// readyzWithin polls /readyz until it answers want or timeout has passed,
+// and returns its last answer; it may run on any goroutine.
+func (s *Server) readyzWithin(want int, timeout time.Duration) (status int, body string, ok bool) {
+	deadline := time.Now().Add(timeout)
 	for {
-		status, body := 0, ""
+		status, body = 0, ""
 		if resp, err := readyzClient.Get(s.URL("/readyz")); err != nil {
 			body = err.Error()
 		} else {
@@ -310,10 +320,10 @@ func (s *Server) WaitReadyz(want int, after string) string {
 			status, body = resp.StatusCode, string(b)
 		}
 		if status == want {
-			return body
+			return status, body, true
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("/readyz still %d (%s) %s after %s, want %d:\n%s", status, body, startTimeout, after, want, s.Logs())
+			return status, body, false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -380,10 +380,23 @@ func TestReplicasEtcdMemberKilledUnderLoad(t *testing.T) {
 					close(killed)
 				}
 				r, other := rs[(w+i)%2], rs[(w+i+1)%2]
-				status, body, _ := PostJSON(t, r.URL("/v1/preflight"), echoPreflight(fmt.Sprintf("session:kill-%d-%d", w, i)))
+				// A 503 (the election, or a log held until a cut
+				// consume's copies are withdrawn) is not acknowledged;
+				// the call is made again once the replica is ready, so
+				// the load goes on past the outage however long it takes
+				// here.
+				var status int
+				var body []byte
+				for range 3 {
+					status, body, _ = PostJSON(t, r.URL("/v1/preflight"), echoPreflight(fmt.Sprintf("session:kill-%d-%d", w, i)))
+					if status != http.StatusServiceUnavailable {
+						break
+					}
+					r.readyzWithin(http.StatusOK, startTimeout)
+				}
 				var d decision
 				if status != http.StatusOK || json.Unmarshal(body, &d) != nil || d.Outcome != "pass" {
-					continue // not acknowledged (503 during the election)
+					continue // not acknowledged
 				}
 				resp, err := other.authz.Check(t.Context(), ToolCheck("tool.echo", map[string]any{"msg": "hi"},
 					fmt.Sprintf("req-kill-%d-%d", w, i), map[string]string{"x-autonomy-preflight-id": d.PreflightID}))
