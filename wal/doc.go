@@ -73,11 +73,14 @@
 // and frame copies shared between replicas (etcd) keep that form, so that
 // replicas of either version read each other's during an upgrade
 // (EncodeFrame, SharedForm). A shared copy may hold several frames (the
-// frames of one call under one audit id), each in one of those forms:
+// frames of one commit that follow each other under one audit id), each
+// in one of those forms:
 //
 //	0x03  then for each frame: uvarint(n)  n bytes: the frame
 //
-// (EncodeFrameList, DecodeFrameList; never a stored frame). A stored JSON
+// (EncodeFrameList, DecodeFrameList; never a stored frame). A binary
+// built before lists were written reads one frame a copy and refuses a
+// list (docs/OPERATIONS.md, "Retention and WAL tools"). A stored JSON
 // frame starts with '{', so the first byte tells the forms apart. Packing is storage only: the hash covers
 // the canonical attrs either way, DecodeFrame returns the same Frame, and
 // Export writes JSON. It keeps a one-step preflight well under the 2 KB a

@@ -146,9 +146,10 @@
 // waits one round trip and a busy replica sends far fewer requests than
 // calls. GET /v1/audit reads the copies of every replica (and the local
 // log, for frames whose copies expired), so it answers the same on every
-// live replica, also after the writer died. The frames of one call that
-// follow each other under one audit id (a consume's consumed and decision
-// frames) are one copy, one value under the first frame's key (copyRuns):
+// live replica, also after the writer died. The frames of one commit
+// that follow each other under one audit id (a consume's consumed and
+// decision frames; two consumes of one binding in one shared transaction)
+// are one copy, one value under the first frame's key (copyRuns):
 // each key etcd holds costs its member an index entry, a backend write
 // and a lease attachment whatever the value's size, and one put a consume
 // rather than two cut the member's CPU a consume at 64 callers by 13 %

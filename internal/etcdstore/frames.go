@@ -339,6 +339,13 @@ func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.
 	}
 	var all []replicaFrame
 	own := map[uint64]bool{}
+	// A frame copied twice (a copy sent again under its own key while its
+	// first copy, in its consume's list, was on its way) is shown once.
+	type written struct {
+		replica, hash string
+		seq           uint64
+	}
+	seen := map[written]bool{}
 	for _, kv := range resp.Kvs {
 		fs, err := wal.DecodeFrameList(kv.Value)
 		if err != nil {
@@ -347,6 +354,11 @@ func (s *Store) auditFrames(ctx context.Context, auditID string, keep func(*wal.
 		for i := range fs {
 			f := &fs[i]
 			rep := frameReplica(f)
+			w := written{rep, f.Hash, f.Seq}
+			if seen[w] {
+				continue
+			}
+			seen[w] = true
 			if rep == s.o.Replica {
 				own[f.Seq] = true
 			}

@@ -292,12 +292,15 @@ func TestLoneConsumeEtcdErrorDropsCopies(t *testing.T) {
 	if c, err := fs[0].Consumed(); err != nil || c.RequestID != "req-lost" || c.StepID != bd.Steps[0].ID {
 		t.Fatalf("the consumed frame logged: %+v, %v; want request req-lost, step %s", c, err, bd.Steps[0].ID)
 	}
-	// The copies of the lost commit's decision are gone; its consumed
-	// frame is logged again at its seq, its copy with it.
-	for _, k := range []string{a.p.frame(bd.AuditID, "replica-a", head+2), a.p.copyIndex("replica-a", head+2)} {
-		if resp, err := a.cli.Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
-			t.Fatalf("%s once the log appends again: %v, %v; want it deleted", k, resp.Kvs, err)
-		}
+	// The lost commit's copy (its consumed and decision frames) and its
+	// index are gone; its consumed frame is logged again at its seq, its
+	// copy with it, alone.
+	if resp, err := a.cli.Get(ctx, a.p.copyIndex("replica-a", head+2)); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the lost commit's copy index once the log appends again: %v, %v; want it deleted", resp.Kvs, err)
+	}
+	if resp, err := a.cli.Get(ctx, a.p.frame(bd.AuditID, "replica-a", head+1)); err != nil || len(resp.Kvs) != 1 ||
+		string(resp.Kvs[0].Value) != string(wal.EncodeFrame(&fs[0])) {
+		t.Fatalf("the copy at the lost commit's first seq once the log appends again: %v, %v; want the consumed frame logged again, alone", resp.Kvs, err)
 	}
 	if res, err := a.Consume(ctx, consumeIn(&bd, "req-lost")); err != nil || res.Status != wal.Repeated {
 		t.Fatalf("the consume again: %v, %v; want repeated", res.Status, err)

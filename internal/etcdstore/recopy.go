@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/contractrefine/autonomy/wal"
@@ -27,16 +28,20 @@ const recopyWindow = 1 << 16
 // recopyKinds are the kinds whose copies are sent again at open.
 var recopyKinds = []string{wal.KindDecision, wal.KindOutcome}
 
-// recopyAfterOpen runs recopyTail in the background, retrying while etcd
-// cannot answer; the log goes on appending meanwhile.
-func (s *Store) recopyAfterOpen() {
+// recopyAfterOpen runs recopyTail up to the log's head as it was released
+// (upTo), in the background, retrying while etcd cannot answer; the log
+// goes on appending meanwhile. The frames past upTo are this process's:
+// their copies are on their way or sent again by recopy, and a copy
+// still on its way must not be taken for a missing one (the decision it
+// carries in its consume's copy would be copied twice, under two keys).
+func (s *Store) recopyAfterOpen(upTo uint64) {
 	go func() {
 		wait := 50 * time.Millisecond
 		for try := 0; ; try++ {
 			if s.log.Trusted() != nil {
 				return
 			}
-			err := s.recopyTail(s.bg)
+			err := s.recopyTail(s.bg, upTo)
 			if err == nil {
 				return
 			}
@@ -54,12 +59,11 @@ func (s *Store) recopyAfterOpen() {
 }
 
 // recopyTail sends again the copies etcd lacks of the newest decision and
-// outcome frames of this replica's log.
-func (s *Store) recopyTail(ctx context.Context) error {
-	head, _ := s.log.Head()
+// outcome frames of this replica's log, up to seq upTo.
+func (s *Store) recopyTail(ctx context.Context, upTo uint64) error {
 	var after uint64
-	if head > recopyWindow {
-		after = head - recopyWindow
+	if upTo > recopyWindow {
+		after = upTo - recopyWindow
 	}
 	since := s.now().Add(-s.o.RecordTTL + min(checkMargin, s.o.RecordTTL/2))
 	var batch, missing []wal.Frame
@@ -67,20 +71,13 @@ func (s *Store) recopyTail(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		have, err := s.copiedSeqs(ctx, batch)
-		if err != nil {
-			return err
-		}
-		for _, f := range batch {
-			if !have[f.Seq] {
-				missing = append(missing, f)
-			}
-		}
+		lost, err := s.uncopied(ctx, batch)
+		missing = append(missing, lost...)
 		batch = batch[:0]
-		return nil
+		return err
 	}
 	err := s.log.Frames(ctx, wal.ExportFilter{AfterSeq: after, Since: since, Kinds: recopyKinds}, func(f *wal.Frame) error {
-		if frameReplica(f) != s.o.Replica {
+		if f.Seq > upTo || frameReplica(f) != s.o.Replica {
 			return nil
 		}
 		if batch = append(batch, *f); len(batch) == maxTxnOps {
@@ -111,34 +108,58 @@ func (s *Store) recopyTail(ctx context.Context) error {
 	return nil
 }
 
-// copiedSeqs reads this replica's copies under the audit ids of fs, in one
-// transaction, and returns the seqs they hold: a copy may hold several
-// frames (copyRuns), so a frame's copy is not always under its own seq's
-// key. A copy that does not decode counts for its key's seq.
-func (s *Store) copiedSeqs(ctx context.Context, fs []wal.Frame) (map[uint64]bool, error) {
-	var ops []clientv3.Op
-	seen := map[string]bool{}
+// uncopied returns the frames of fs whose copy etcd lacks. A frame's
+// copy is under its own seq's key, or, when it follows frames of its
+// audit id in one copy (copyRuns), in the value under the run's first
+// key: the last of this replica's keys under the audit id before its own.
+// So each frame costs a count of its own key, and one that has none a
+// read of that one key before it.
+func (s *Store) uncopied(ctx context.Context, fs []wal.Frame) ([]wal.Frame, error) {
+	ops := make([]clientv3.Op, len(fs))
 	for i := range fs {
-		if id := fs[i].AuditID; !seen[id] {
-			seen[id] = true
-			ops = append(ops, clientv3.OpGet(s.p.replicaFrames(id, s.o.Replica), clientv3.WithPrefix()))
-		}
+		ops[i] = clientv3.OpGet(s.p.frame(fs[i].AuditID, s.o.Replica, fs[i].Seq), clientv3.WithCountOnly())
 	}
 	resp, err := s.thenTxn(ctx, ops...)
 	if err != nil {
 		return nil, err
 	}
-	have := map[uint64]bool{}
-	for _, r := range resp.Responses {
-		for _, kv := range r.GetResponseRange().GetKvs() {
-			if seq, ok := keySeq(string(kv.Key)); ok {
-				have[seq] = true
-			}
-			copied, _ := wal.DecodeFrameList(kv.Value)
-			for _, f := range copied {
-				have[f.Seq] = true
+	var misses []wal.Frame
+	for i, r := range resp.Responses {
+		if r.GetResponseRange().GetCount() == 0 {
+			misses = append(misses, fs[i])
+		}
+	}
+	if len(misses) == 0 {
+		return nil, nil
+	}
+	ops = ops[:0]
+	for i := range misses {
+		f := &misses[i]
+		ops = append(ops, clientv3.OpGet(s.p.replicaFrames(f.AuditID, s.o.Replica),
+			clientv3.WithRange(s.p.frame(f.AuditID, s.o.Replica, f.Seq)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)))
+	}
+	if resp, err = s.thenTxn(ctx, ops...); err != nil {
+		return nil, err
+	}
+	var lost []wal.Frame
+	for i, r := range resp.Responses {
+		if !holdsSeq(r.GetResponseRange().GetKvs(), misses[i].Seq) {
+			lost = append(lost, misses[i])
+		}
+	}
+	return lost, nil
+}
+
+// holdsSeq reports whether a copy among kvs holds the frame of seq.
+func holdsSeq(kvs []*mvccpb.KeyValue, seq uint64) bool {
+	for _, kv := range kvs {
+		fs, _ := wal.DecodeFrameList(kv.Value)
+		for _, f := range fs {
+			if f.Seq == seq {
+				return true
 			}
 		}
 	}
-	return have, nil
+	return false
 }

@@ -79,14 +79,49 @@ func TestRecopyFindsFramesInOneCopy(t *testing.T) {
 	if n := keys(); n != 2 {
 		t.Fatalf("%d copies under the audit id, want the preflight's and one of the consume's two frames", n)
 	}
-	if err := a.recopyTail(ctx); err != nil {
+	// The decision copied again under its own key, as a copy sent again
+	// while its list was on its way would be, is joined once.
+	fs := framesAfter(t, a, 0) // once the consume's commit is in
+	head, _ := a.log.Head()
+	if len(fs) != 3 || fs[2].Kind != wal.KindDecision || fs[2].Seq != head {
+		t.Fatalf("the log: %+v, want the preflight, then the consume's frames, its decision last", fs)
+	}
+	again := a.p.frame(bd.AuditID, "replica-a", head)
+	if _, err := a.cli.Put(ctx, again, string(wal.EncodeFrame(&fs[2]))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.AuditFrames(ctx, bd.AuditID); err != nil || len(got) != 2 {
+		t.Fatalf("audit join with the decision copied twice: %d frames, %v; want the preflight and the decision", len(got), err)
+	}
+	if _, err := a.cli.Delete(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.recopyTail(ctx, head); err != nil {
 		t.Fatal(err)
 	}
 	if n := keys(); n != 2 {
 		t.Fatalf("%d copies after the check at open, want still 2", n)
 	}
+	// A decision past the head the check looks up to is left to its own
+	// copy; up to it, one without a copy is copied.
+	if _, err := a.log.AppendFrames(ctx, []wal.FrameInput{decisionIn(bd.AuditID)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.recopyTail(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d copies after a check up to the head before the decision, want still 2", n)
+	}
+	next, _ := a.log.Head()
+	if err := a.recopyTail(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(); n != 3 {
+		t.Fatalf("%d copies after a check up to the decision, want 3", n)
+	}
 	got, err := a.AuditFramesOf(ctx, bd.AuditID, []string{wal.KindPreflight, wal.KindConsumed, wal.KindDecision})
-	if err != nil || len(got) != 3 || got[1].Kind != wal.KindConsumed || got[2].Kind != wal.KindDecision {
-		t.Fatalf("audit join: %+v, %v; want the preflight, consumed and decision frames once each", got, err)
+	if err != nil || len(got) != 4 || got[1].Kind != wal.KindConsumed || got[2].Kind != wal.KindDecision || got[3].Kind != wal.KindDecision {
+		t.Fatalf("audit join: %+v, %v; want the preflight, consumed and decision frames once each, then the second decision", got, err)
 	}
 }

@@ -211,8 +211,9 @@ func (s *Store) settleOnOpen() {
 			return // the log writes nothing anyway
 		}
 		if s.retry("settle the frame copies past the log's head", settle) == nil {
+			head, _ := s.log.Head()
 			s.log.Release()
-			s.recopyAfterOpen()
+			s.recopyAfterOpen(head)
 			s.appendHeldRefusals()
 		}
 	}()
@@ -249,11 +250,11 @@ func (s *Store) settleCrashCopies(ctx context.Context) error {
 			"head", head, "left_alone", foreign)
 		return nil
 	}
-	copies, err := s.getFrames(ctx, frameKeys)
+	copies, runs, err := s.getFrames(ctx, frameKeys)
 	if err != nil {
 		return err
 	}
-	adopt := s.continuing(head, hash, copies)
+	adopt := wholeRuns(head, s.continuing(head, hash, copies), runs)
 	if err := s.log.Adopt(ctx, adopt); err != nil {
 		return fmt.Errorf("etcdstore: take up the frame copies past the log's head: %w", err)
 	}
@@ -319,11 +320,26 @@ func (s *Store) continuing(head uint64, hash string, copies map[uint64]wal.Frame
 	}
 }
 
-// getFrames reads the frames of the copies under keys, by seq; a key
-// gone, holding what does not decode or whose first frame is not its
-// seq's is left out.
-func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Frame, error) {
-	out := map[uint64]wal.Frame{}
+// wholeRuns cuts adopt, the frames that continue the log at head, back
+// to whole copies: the frames of a copy that continue the chain only in
+// part (a damaged copy) are not taken up, nor any after them, and the
+// copy is dropped with the others past them. runs maps each copy's first
+// seq to its last (getFrames); copies never overlap.
+func wholeRuns(head uint64, adopt []wal.Frame, runs map[uint64]uint64) []wal.Frame {
+	end := head + uint64(len(adopt))
+	for first, last := range runs {
+		if first <= end && last > end {
+			end = first - 1
+		}
+	}
+	return adopt[:end-head]
+}
+
+// getFrames reads the frames of the copies under keys, by seq, and the
+// seqs each copy holds, first to last; a key gone, holding what does not
+// decode or whose first frame is not its seq's is left out.
+func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Frame, map[uint64]uint64, error) {
+	out, runs := map[uint64]wal.Frame{}, map[uint64]uint64{}
 	for chunk := range slices.Chunk(keys, maxTxnOps) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, k := range chunk {
@@ -331,7 +347,7 @@ func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Fr
 		}
 		resp, err := s.thenTxn(ctx, ops...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, r := range resp.Responses {
 			kvs := r.GetResponseRange().GetKvs()
@@ -342,11 +358,12 @@ func (s *Store) getFrames(ctx context.Context, keys []string) (map[uint64]wal.Fr
 			if seq, _ := keySeq(chunk[i]); err == nil && fs[0].Seq == seq {
 				for _, f := range fs {
 					out[f.Seq] = f
+					runs[seq] = max(runs[seq], f.Seq)
 				}
 			}
 		}
 	}
-	return out, nil
+	return out, runs, nil
 }
 
 // keySeq is the seq a frame copy's or copy index's key ends with.

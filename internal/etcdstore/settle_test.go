@@ -355,3 +355,23 @@ func (l *lockedLines) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// TestWholeRunsAdopted: frames that continue the log are taken up by
+// whole copies; a copy that continues it only in part is left out with
+// everything after it.
+func TestWholeRunsAdopted(t *testing.T) {
+	adopt := make([]wal.Frame, 3) // seqs 5, 6 and 7 continue the log at 4
+	runs := map[uint64]uint64{5: 6, 7: 8, 9: 9}
+	if got := wholeRuns(4, adopt, runs); len(got) != 2 {
+		t.Fatalf("%d frames taken up, want the first copy's 2: the second continues the log in part", len(got))
+	}
+	if got := wholeRuns(4, adopt[:2], runs); len(got) != 2 {
+		t.Fatalf("%d frames taken up, want 2", len(got))
+	}
+	if got := wholeRuns(4, adopt[:1], runs); len(got) != 0 {
+		t.Fatalf("%d frames taken up, want none: the first copy continues the log in part", len(got))
+	}
+	if got := wholeRuns(4, nil, runs); len(got) != 0 {
+		t.Fatalf("%d frames taken up from nothing", len(got))
+	}
+}
