@@ -17,8 +17,8 @@
 //	P sl/<session key>/…               the lock of a repair session (clientv3/concurrency)
 //	P f/<audit_id>/<replica>/<seq, 16 hex digits>  a copy of frames in the writing replica's log: the
 //	                                   frame of seq, as the log shares it (wal.EncodeFrame), or a list of it
-//	                                   and the frames after it of the same commit and audit id
-//	                                   (wal.EncodeFrameList: a consume's consumed and decision frames)
+//	                                   and the frames after it of the same commit and audit id, at most
+//	                                   16 (wal.EncodeFrameList: a consume's consumed and decision frames)
 //	P e/<replica>                      the replica's fence, under a record lease: a lone consume's
 //	                                   transaction requires its revision, which moves before lost copies
 //	                                   are deleted; an expired fence is put again (fence.go)

@@ -213,15 +213,21 @@ type copyWrite struct {
 	values [][]byte
 }
 
+// maxRun bounds the frames one copy holds, so the copy of a frame that
+// is not under its own key is under one of the maxRun-1 keys before it
+// (uncopied reads no more).
+const maxRun = 16
+
 // copyRuns yields the frames of fs that share one copy, as the bounds
 // [i, j) of each run: consecutive frames of one audit id (a consume's
-// autonomy.preflight_consumed and decision frames) are one value under the
-// first one's key (doc.go), one put where they would be one each.
+// autonomy.preflight_consumed and decision frames), at most maxRun, are
+// one value under the first one's key (doc.go), one put where they would
+// be one each.
 func copyRuns(fs []wal.Frame) iter.Seq2[int, int] {
 	return func(yield func(int, int) bool) {
 		for i := 0; i < len(fs); {
 			j := i + 1
-			for j < len(fs) && fs[j].AuditID == fs[i].AuditID {
+			for j < len(fs) && j-i < maxRun && fs[j].AuditID == fs[i].AuditID {
 				j++
 			}
 			if !yield(i, j) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,5 +35,22 @@ func TestLargeCopiesSplitTransactions(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCopyRunsBounded: a copy holds the consecutive frames of one audit
+// id, at most maxRun of them, so a frame's copy is never further than
+// maxRun-1 keys before its own seq's.
+func TestCopyRunsBounded(t *testing.T) {
+	var got [][2]int
+	for i, j := range copyRuns(framesOf(2*maxRun+3, 1, 2)) {
+		got = append(got, [2]int{i, j})
+	}
+	want := [][2]int{{0, maxRun}, {maxRun, 2 * maxRun}, {2 * maxRun, 2*maxRun + 3}, {2*maxRun + 3, 2*maxRun + 4}, {2*maxRun + 4, 2*maxRun + 6}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs %v, want %v", got, want)
+	}
+	if n := copyPuts(framesOf(2*maxRun+3, 1, 2)); n != len(want) {
+		t.Fatalf("copyPuts %d, want %d", n, len(want))
 	}
 }

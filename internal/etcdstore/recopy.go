@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -58,6 +59,9 @@ func (s *Store) recopyAfterOpen(upTo uint64) {
 	}()
 }
 
+// errPastUpTo ends recopyTail's walk of the log at its bound.
+var errPastUpTo = errors.New("etcdstore: past the frames to check")
+
 // recopyTail sends again the copies etcd lacks of the newest decision and
 // outcome frames of this replica's log, up to seq upTo.
 func (s *Store) recopyTail(ctx context.Context, upTo uint64) error {
@@ -77,7 +81,10 @@ func (s *Store) recopyTail(ctx context.Context, upTo uint64) error {
 		return err
 	}
 	err := s.log.Frames(ctx, wal.ExportFilter{AfterSeq: after, Since: since, Kinds: recopyKinds}, func(f *wal.Frame) error {
-		if f.Seq > upTo || frameReplica(f) != s.o.Replica {
+		switch {
+		case f.Seq > upTo:
+			return errPastUpTo
+		case frameReplica(f) != s.o.Replica:
 			return nil
 		}
 		if batch = append(batch, *f); len(batch) == maxTxnOps {
@@ -85,7 +92,7 @@ func (s *Store) recopyTail(ctx context.Context, upTo uint64) error {
 		}
 		return nil
 	})
-	if err == nil {
+	if err == nil || errors.Is(err, errPastUpTo) {
 		err = lacking()
 	}
 	if err != nil || len(missing) == 0 {
@@ -110,10 +117,11 @@ func (s *Store) recopyTail(ctx context.Context, upTo uint64) error {
 
 // uncopied returns the frames of fs whose copy etcd lacks. A frame's
 // copy is under its own seq's key, or, when it follows frames of its
-// audit id in one copy (copyRuns), in the value under the run's first
-// key: the last of this replica's keys under the audit id before its own.
-// So each frame costs a count of its own key, and one that has none a
-// read of that one key before it.
+// audit id in one copy (copyRuns), in the value under that copy's first
+// key, at most maxRun-1 seqs before its own. So each frame costs a count
+// of its own key, and one that has none a read of the keys of its audit
+// id and replica in those seqs: a bounded read, however many copies the
+// audit id holds.
 func (s *Store) uncopied(ctx context.Context, fs []wal.Frame) ([]wal.Frame, error) {
 	ops := make([]clientv3.Op, len(fs))
 	for i := range fs {
@@ -135,28 +143,28 @@ func (s *Store) uncopied(ctx context.Context, fs []wal.Frame) ([]wal.Frame, erro
 	ops = ops[:0]
 	for i := range misses {
 		f := &misses[i]
-		ops = append(ops, clientv3.OpGet(s.p.replicaFrames(f.AuditID, s.o.Replica),
-			clientv3.WithRange(s.p.frame(f.AuditID, s.o.Replica, f.Seq)),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)))
+		from := f.Seq - min(f.Seq-1, maxRun-1)
+		ops = append(ops, clientv3.OpGet(s.p.frame(f.AuditID, s.o.Replica, from),
+			clientv3.WithRange(s.p.frame(f.AuditID, s.o.Replica, f.Seq))))
 	}
 	if resp, err = s.thenTxn(ctx, ops...); err != nil {
 		return nil, err
 	}
 	var lost []wal.Frame
 	for i, r := range resp.Responses {
-		if !holdsSeq(r.GetResponseRange().GetKvs(), misses[i].Seq) {
+		if !holds(r.GetResponseRange().GetKvs(), &misses[i]) {
 			lost = append(lost, misses[i])
 		}
 	}
 	return lost, nil
 }
 
-// holdsSeq reports whether a copy among kvs holds the frame of seq.
-func holdsSeq(kvs []*mvccpb.KeyValue, seq uint64) bool {
+// holds reports whether a copy among kvs holds frame f.
+func holds(kvs []*mvccpb.KeyValue, f *wal.Frame) bool {
 	for _, kv := range kvs {
 		fs, _ := wal.DecodeFrameList(kv.Value)
-		for _, f := range fs {
-			if f.Seq == seq {
+		for i := range fs {
+			if fs[i].Seq == f.Seq && fs[i].Hash == f.Hash {
 				return true
 			}
 		}

@@ -60,8 +60,8 @@ const maxAttempts = maxTxnOps - 2
 // reads are theirs. They were queued before the transaction was sent, so
 // its answer is one they may be given. Marker, copy and copy index keys
 // never meet: their prefixes differ, a copy's key names the first seq of
-// the frames it holds (no frame is in two copies) and the index its
-// transaction's last.
+// the frames it holds (no two copies of one transaction start at one
+// frame) and the index its transaction's last.
 func splitParts(pending []part) (batch, rest []part) {
 	leaders := map[string]*attempt{}
 	ops, size, full := 0, 0, false
