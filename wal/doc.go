@@ -81,11 +81,12 @@
 // (EncodeFrameList, DecodeFrameList; never a stored frame). A binary
 // built before lists were written reads one frame a copy and refuses a
 // list (docs/OPERATIONS.md, "Retention and WAL tools"). A stored JSON
-// frame starts with '{', so the first byte tells the forms apart. Packing is storage only: the hash covers
-// the canonical attrs either way, DecodeFrame returns the same Frame, and
-// Export writes JSON. It keeps a one-step preflight well under the 2 KB a
-// frame may take on disk (the decision JSON alone is about 1.5 KB;
-// docs/PERFORMANCE.md has the figures).
+// frame starts with '{', so the first byte tells the forms apart. Packing
+// is storage only: the hash covers the canonical attrs either way,
+// DecodeFrame returns the same Frame, and Export writes JSON. It keeps a
+// one-step preflight well under the 2 KB a frame may take on disk (the
+// decision JSON alone is about 1.5 KB; docs/PERFORMANCE.md has the
+// figures).
 //
 // # Binding record
 //

@@ -265,6 +265,9 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 	idx := copyIndex{Frames: make([]string, 0, n), Instance: s.instance}
 	w := &copyWrite{keys: make([][]byte, 0, n+1), values: make([][]byte, 0, n+1)}
 	var last uint64
+	// shared holds one run's frames at a time: EncodeFrameList returns a
+	// new value, or the one frame's own bytes, never this slice.
+	var shared [][]byte
 	for _, r := range batch {
 		if r.baseSeq >= idx.BaseSeq {
 			idx.BaseSeq, idx.BaseHash = r.baseSeq, r.baseHash
@@ -274,7 +277,7 @@ func (s *Store) encodeCopies(batch []*copyRequest) *copyWrite {
 			k := s.p.appendFrame(nil, f.AuditID, s.o.Replica, f.Seq)
 			w.keys = append(w.keys, k)
 			idx.Frames = append(idx.Frames, string(k))
-			shared := make([][]byte, 0, j-i)
+			shared = shared[:0]
 			for x := i; x < j; x++ {
 				if r.stored != nil {
 					shared = append(shared, wal.SharedForm(&r.frames[x], r.stored[x]))
