@@ -54,8 +54,7 @@ func (s *Store) CallDecision(ctx context.Context, auditID, requestID string) (wa
 // OutputMaxBytes returns the outputContract.maxBytes recorded with a
 // preflight's binding, wal.NoOutputLimit when it declared none.
 func (s *Store) OutputMaxBytes(ctx context.Context, preflightID string) (int64, error) {
-	r, err := s.recentOf(ctx, preflightID)
-	return r.outputMaxBytes, err
+	return s.recentOf(ctx, preflightID, nil)
 }
 
 // AppendOutcome appends the outcome frame to the replica's log and its

@@ -320,8 +320,9 @@ func (s *Store) get(ctx context.Context, key string) ([]byte, error) {
 
 // Binding returns the binding recorded for a preflight id.
 func (s *Store) Binding(ctx context.Context, preflightID string) (preflight.Binding, error) {
-	r, err := s.recentOf(ctx, preflightID)
-	return r.b, err
+	var b preflight.Binding
+	_, err := s.recentOf(ctx, preflightID, &b)
+	return b, err
 }
 
 // Decision returns the decision bytes exactly as recorded. They are read
@@ -335,50 +336,59 @@ func (s *Store) Decision(ctx context.Context, preflightID string) ([]byte, error
 	return d, err
 }
 
-// recentBindings bounds the bindings remember keeps: a one-step binding in
-// the compact form (wal.CompactBinding) holds about 480 bytes of heap
-// (BenchmarkCacheFootprint in binding/), so a full cache holds about
-// 31 MB. It is sized so that a replica that recorded a preflight reads it
-// back only when more than this many preflights came between the record
-// and the call: at 1,000 preflights a second, a minute of them.
+// recentBindings bounds the bindings remember keeps: a one-step binding
+// packed (wal.PackBinding) holds one string of about 300 bytes and its
+// cache entry, so a full cache holds about 25 MB, nearly all of it bytes
+// the collector does not scan. It is sized so that a replica that
+// recorded a preflight reads it back only when more than this many
+// preflights came between the record and the call: at 1,000 preflights a
+// second, a minute of them.
 const recentBindings = 1 << 16
 
-// recentBinding is a binding as remember keeps it, until its expiry.
+// recentBinding is a binding as remember keeps it, until its expiry: the
+// form the gate's cache keeps too (wal.PackBinding), one string rather
+// than a preflight.Binding, its steps and their strings. A cache of
+// decoded bindings doubled what the collector marks on every cycle at 64
+// callers (docs/PERFORMANCE.md, "Packed recent bindings").
 type recentBinding struct {
-	b              preflight.Binding
+	packed         string
+	expires        int64 // the binding's expiry, in Unix nanoseconds
 	outputMaxBytes int64
 }
 
-// remember keeps a binding this replica recorded or read, in the compact
-// form, until it expires: a binding never changes once recorded, and its
-// lease outlives its expiry (record_ttl is never below the binding
-// window), so until then it is what etcd would answer. The preflight's own
-// replica then reads nothing to check a call under it. A binding that has
-// no compact form is not kept.
+// remember keeps a binding this replica recorded or read, packed, until it
+// expires: a binding never changes once recorded, and its lease outlives
+// its expiry (record_ttl is never below the binding window), so until
+// then it is what etcd would answer. The preflight's own replica then
+// reads nothing to check a call under it.
 func (s *Store) remember(b *preflight.Binding, outputMaxBytes int64) {
-	c, err := wal.CompactBinding(b)
-	if err != nil {
-		return
-	}
-	s.recent.Add(b.PreflightID, recentBinding{b: c, outputMaxBytes: outputMaxBytes})
+	r := recentBinding{packed: wal.PackBinding(b), expires: b.ExpiresAt.UnixNano(), outputMaxBytes: outputMaxBytes}
+	s.recent.Add(wal.PackedID(r.packed), r) // the key is a substring of the entry: no caller's string is kept
 }
 
-// recentOf is a binding, from remember's cache or etcd.
-func (s *Store) recentOf(ctx context.Context, id string) (recentBinding, error) {
-	if r, ok := s.recent.Get(id); ok && s.now().Before(r.b.ExpiresAt) {
-		return r, nil
+// recentOf is the output limit of a binding and, when b is not nil, the
+// binding in b, from remember's cache or etcd. A cached binding that does
+// not unpack is read from etcd again.
+func (s *Store) recentOf(ctx context.Context, id string, b *preflight.Binding) (int64, error) {
+	if r, ok := s.recent.Get(id); ok && s.now().UnixNano() < r.expires {
+		if b == nil || wal.UnpackBinding(r.packed, b, nil) == nil {
+			return r.outputMaxBytes, nil
+		}
 	}
 	v, err := s.get(ctx, s.p.binding(id))
 	if err != nil {
-		return recentBinding{}, err
+		return 0, err
 	}
-	b, rec, _, err := decodeBindingRecord(id, v)
+	rb, rec, _, err := decodeBindingRecord(id, v)
 	if err != nil {
-		return recentBinding{}, err
+		return 0, err
 	}
 	limit := wal.OutputLimit(rec.OutputMaxBytes)
-	s.remember(&b, limit)
-	return recentBinding{b: b, outputMaxBytes: limit}, nil
+	s.remember(&rb, limit)
+	if b != nil {
+		*b = rb
+	}
+	return limit, nil
 }
 
 // ChainStatus reports whether a preflight of tenant was recorded under
