@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -281,7 +282,7 @@ func (s *Store) decide(ctx context.Context, r *wal.ConsumeRequest, log bool) (re
 		case ans.put == a && ans.group != nil:
 			return consumed, true, s.logGroup(ctx, ans.group)
 		case ans.put == a:
-			return consumed, sent, nil
+			return consumed, ans.logged, nil
 		case ans.put != nil:
 			// Another call of this replica took the step in the same
 			// transaction.
@@ -354,24 +355,74 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	if !ok {
 		return attemptAnswer{}, false
 	}
+	resp, err := s.sendLed(ctx, lead, fence, []*attempt{a}, ins, nil, a.readsIn)
+	switch {
+	case errors.Is(err, errLedTooLarge):
+		return attemptAnswer{}, false
+	case err != nil:
+		return attemptAnswer{err: err}, true
+	case !resp.Succeeded:
+		s.fenceMoved(a, resp.Responses, fence)
+		return attemptAnswer{seen: resp.Responses}, true
+	}
+	return attemptAnswer{put: a, logged: true}, true
+}
+
+// errLedTooLarge: the transaction sendLed would send is over etcd's limits
+// (maxTxnOps, maxTxnBytes); nothing was sent.
+var errLedTooLarge = errors.New("etcdstore: a led transaction over etcd's limits")
+
+// sendLed sends, under lead, the markers of as and the copies of the
+// frames ins their consumes append in one transaction: If(each marker
+// free and its binding there, the fence at fence) Then(each marker put,
+// the copies, their index, and extra's puts: copies of frames the log has
+// already) Else(els's reads). On success the consumes are answered and
+// the log commits the frames in the background, still leading
+// (commitLone); a failed comparison lets go of the lead (nothing was
+// copied); an etcd error holds the log until the dropper has deleted the
+// copies (Lose).
+func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*attempt, ins []wal.FrameInput,
+	extra *copyWrite, els func(*txnBuf) []*etcdserverpb.RequestOp) (*etcdserverpb.TxnResponse, error) {
 	// answered is set before commitLone starts, the only caller of lost
 	// after it: a commit that fails once the consume was answered leaves
 	// its copies to be taken up, not deleted.
 	answered := false
 	req, cw, err := s.stageCopies(lead, ins, &answered)
 	if err != nil {
-		return attemptAnswer{err: err}, true
+		return nil, err
+	}
+	if extra == nil {
+		extra = &copyWrite{}
+	}
+	size := 0
+	for _, a := range as {
+		size += a.bytes
+	}
+	for _, w := range []*copyWrite{cw, extra} {
+		for i, k := range w.keys {
+			size += len(k) + len(w.values[i])
+		}
+	}
+	puts := len(as) + len(cw.keys) + len(extra.keys)
+	if 2*len(as)+1 > maxTxnOps || puts > maxTxnOps || size > maxTxnBytes {
+		lead.Release()
+		return nil, errLedTooLarge
 	}
 	req.fenced = true
 	var resp *etcdserverpb.TxnResponse
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
-		b := newTxnBuf(1, len(cw.keys))
-		then := cw.putsIn(b, append(make([]*etcdserverpb.RequestOp, 0, 1+len(cw.keys)), a.putIn(b, lease)), lease)
+		b := newTxnBuf(len(as), puts-len(as))
+		then := make([]*etcdserverpb.RequestOp, 0, puts)
+		cmps := make([]*etcdserverpb.Compare, 0, 2*len(as)+1)
+		for _, a := range as {
+			then = append(then, a.putIn(b, lease))
+			cmps = append(cmps, a.cmpsIn(b)...)
+		}
+		then = extra.putsIn(b, cw.putsIn(b, then, lease), lease)
 		octx, cancel := s.opCtx(ctx)
 		defer cancel()
 		var err error
-		cmps := append(a.cmpsIn(b), s.fenceCmp(fence))
-		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: cmps, Success: then, Failure: a.readsIn(b)})
+		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: append(cmps, s.fenceCmp(fence)), Success: then, Failure: els(b)})
 		return s.seen(octx, err)
 	})
 	req.end(err)
@@ -379,11 +430,10 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	case err != nil:
 		lead.Lose()
 		s.wakeDropper()
-		return attemptAnswer{err: err}, true
+		return nil, err
 	case !resp.Succeeded:
 		lead.Release()
-		s.fenceMoved(a, resp.Responses, fence)
-		return attemptAnswer{seen: resp.Responses}, true
+		return resp, nil
 	}
 	if s.afterSent != nil {
 		s.afterSent()
@@ -394,7 +444,109 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	s.lone = done
 	s.loneMu.Unlock()
 	go s.commitLone(lead, done)
-	return attemptAnswer{put: a}, true
+	return resp, nil
+}
+
+// sendFlat sends the leader attempts of a shared transaction, two or
+// more, as a lone consume sends its own (consumeLone, sendLed): one flat
+// transaction that puts every marker and the copies of the frames their
+// consumes append, or none of them; the batch's other copies go in it
+// too. For a crowd of consumes of fresh bindings each then pays one round
+// trip rather than two (the marker's transaction, then the log's commit
+// with its copies in the next one), and etcd decodes a comparison and a
+// put per marker rather than a nested transaction with its reads. It
+// waits for the log's commit of the led transaction before, as a lone
+// consume does, for up to a request timeout (a disk that stalls longer
+// leaves the shared path to behave as before). It reports false, having
+// changed nothing, when that commit still runs, the log's lead is not
+// free (a commit of other writes runs or waits), an attempt logs no
+// frames, the transaction would be over etcd's limits, or a comparison
+// failed (a marker taken, a binding gone, the fence moved): the attempts
+// then go as sub-transactions of their own (sendParts), which tell each
+// its answer, one round trip later. A lone attempt goes so at once: a
+// replay, whose marker is taken, pays one round trip, not two.
+func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copyRequest) (bool, error) {
+	if len(leaders) < 2 || 2*len(leaders)+1 > maxTxnOps {
+		return false, nil
+	}
+	for _, a := range leaders {
+		if a.frames == nil {
+			return false, nil
+		}
+	}
+	if !s.awaitCommit(ctx, s.o.RequestTimeout) {
+		return false, nil
+	}
+	fence, err := s.fence(ctx)
+	if err != nil {
+		return false, nil // the shared path meets etcd's error
+	}
+	var ins []wal.FrameInput
+	for _, a := range leaders {
+		ins = append(ins, a.frames()...)
+	}
+	lead, ok := s.log.TryLead()
+	if !ok {
+		return false, nil
+	}
+	var extra *copyWrite
+	if len(copies) > 0 {
+		ctx = s.bg // a copy is no caller's to cancel
+		extra = s.encodeCopies(copies)
+	}
+	resp, err := s.sendLed(ctx, lead, fence, leaders, ins, extra, func(b *txnBuf) []*etcdserverpb.RequestOp {
+		return []*etcdserverpb.RequestOp{b.rng([]byte(s.p.fence(s.o.Replica)), nil, false)}
+	})
+	switch {
+	case errors.Is(err, errLedTooLarge):
+		return false, nil
+	case err != nil:
+		for _, r := range copies {
+			r.end(err)
+		}
+		return true, err
+	case !resp.Succeeded:
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].ModRevision != fence {
+			s.fenceRev.CompareAndSwap(fence, -1)
+		}
+		return false, nil
+	}
+	for _, r := range copies {
+		r.end(nil)
+	}
+	for _, a := range leaders {
+		a.answer = attemptAnswer{put: a, logged: true}
+	}
+	return true, nil
+}
+
+// awaitCommit waits, for at most wait or until ctx is done, for the log's
+// commit of the last answered lone or flat transaction (commitLone) when
+// it still runs, and reports whether it has ended.
+func (s *Store) awaitCommit(ctx context.Context, wait time.Duration) bool {
+	s.loneMu.Lock()
+	done := s.lone
+	s.loneMu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	if s.awaitingCommit != nil {
+		s.awaitingCommit()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // stageCopies fixes the frames ins append under lead, as the copy request
@@ -496,6 +648,9 @@ type attemptAnswer struct {
 	put  *attempt
 	seen []*etcdserverpb.ResponseOp
 	err  error
+	// logged, when put is set, says the consume's frames were copied with
+	// the marker, and the log commits them (sendLed).
+	logged bool
 	// group, when put is set, is the logGroup of the markers the
 	// transaction put, when there is more than one.
 	group *logGroup

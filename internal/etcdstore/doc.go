@@ -82,7 +82,9 @@
 // copied). An etcd error leaves the copies perhaps in etcd: the log is
 // held until they are deleted, as after a failed local commit (Frames).
 // Holding the lead keeps the replica's other writes waiting for the
-// round trip, so only a lone consume takes it.
+// round trip, so only a lone consume or a flat shared transaction
+// (below) takes it, and only when no other write of the log runs or
+// waits.
 //
 // The sub-transactions of a replica's concurrent consumes share one etcd
 // transaction (Txn().Then(OpTxn(…), OpTxn(…), …), etcd 3.3 and later)
@@ -112,6 +114,31 @@
 // wait for it), and so to etcd in one copy request: the consumes a
 // transaction answers at once commit together rather than the first alone
 // and the others after it (consume.go, logGroup).
+//
+// A shared transaction of two or more markers goes flat first
+// (sendFlat): under the log's lead, as a lone consume does, it fixes the
+// frames each leader's consume appends and sends
+//
+//	If(each marker free and its binding there, the fence at its revision)
+//	Then(each marker's put, the frames' copies, their copy index,
+//	     the batch's other copies and their index)
+//	Else(Get(P e/<replica>))
+//
+// which puts every marker and copy or none. The consumes are answered
+// once it commits, and the log commits their frames in the background
+// (commitLone). A failed comparison (a marker taken, a binding gone, or
+// the fence moved, which the Else read shows) copies nothing and lets go
+// of the lead, and the attempts go as the sub-transactions above, one
+// round trip later; a lone attempt goes so at once, so that a replay
+// costs one round trip, not two. The sender first waits for the log's
+// commit of the led transaction before it (one fsync), for up to a
+// request timeout, and goes flat only when the log's lead is then free:
+// while other writes commit or wait, the sub-transactions go. For a
+// crowd of consumes of fresh bindings, each pays one round trip rather
+// than two (its marker's, then its copies' in the next transaction), and
+// etcd decodes and applies two comparisons and two puts per consume
+// rather than a nested transaction with two reads, and a put in the
+// next (docs/PERFORMANCE.md, "Flat shared transactions").
 //
 // The compare on the binding's key makes etcd read the binding's whole
 // value (a compare reads the key's record; the Else branch's count-only

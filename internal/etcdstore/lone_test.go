@@ -53,29 +53,12 @@ func consumeLoneT(t *testing.T, s *Store, b *preflight.Binding, req string) (uin
 	return head, err
 }
 
-// loneCommitted waits until the log's commit of the last answered lone
-// consume has ended, or ctx has.
-func (s *Store) loneCommitted(ctx context.Context) error {
-	s.loneMu.Lock()
-	done := s.lone
-	s.loneMu.Unlock()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // framesAfter are the log's frames past seq, once the commit of an
 // answered lone consume has ended.
 func framesAfter(t *testing.T, s *Store, seq uint64) []wal.Frame {
 	t.Helper()
-	if err := s.loneCommitted(context.Background()); err != nil {
-		t.Fatal(err)
+	if !s.awaitCommit(context.Background(), 10*time.Second) {
+		t.Fatal("the log's commit of the last lone or flat transaction: not within 10 s")
 	}
 	head, _ := s.log.Head()
 	var fs []wal.Frame

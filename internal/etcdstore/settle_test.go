@@ -57,6 +57,11 @@ func snapshotLog(t *testing.T, dir string) string {
 func checkClean(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
+	// A consume answered on its copies (a lone or flat transaction) is
+	// committed to the log in the background.
+	if !s.awaitCommit(ctx, 10*time.Second) {
+		t.Fatal("the log's commit of the last lone or flat transaction: not within 10 s")
+	}
 	if rep, err := s.log.Verify(ctx); err != nil || !rep.OK() {
 		t.Fatalf("wal verify: %+v, %v", rep, err)
 	}

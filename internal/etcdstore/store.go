@@ -136,6 +136,10 @@ type Store struct {
 	// beforeLoneCommit, set by tests, runs before the background commit
 	// of an answered lone consume (commitLone).
 	beforeLoneCommit func()
+	// awaitingCommit, set by tests, runs when a flat transaction starts
+	// to wait for the log's commit of the led transaction before it
+	// (awaitCommit).
+	awaitingCommit func()
 	// recent holds the bindings this replica recorded or read lately
 	// (records.go, remember).
 	recent *lru.Cache[string, recentBinding]

@@ -106,11 +106,13 @@ func splitParts(pending []part) (batch, rest []part) {
 	return batch, rest
 }
 
-// sendParts sends batch in one transaction: a sub-transaction per leader
-// attempt (doc.go, "Consume-once"), each decided on its own in etcd, then
-// the copies' puts and their index; it answers every attempt and ends
-// every copy request. An etcd error fails them all. A batch with copies
-// is sent under the store's context: a copy is no caller's to cancel.
+// sendParts sends batch: as one flat transaction with the frames of its
+// consumes when it can (sendFlat), else in one transaction of a
+// sub-transaction per leader attempt (doc.go, "Consume-once"), each
+// decided on its own in etcd, then the copies' puts and their index. It
+// answers every attempt and ends every copy request. An etcd error fails
+// them all. A batch with copies is sent under the store's context: a copy
+// is no caller's to cancel.
 func (s *Store) sendParts(ctx context.Context, batch []part) {
 	var leaders []*attempt
 	var copies []*copyRequest
@@ -122,6 +124,55 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 			leaders = append(leaders, p.a)
 		}
 	}
+	flat, err := s.sendFlat(ctx, leaders, copies)
+	if err != nil {
+		for _, a := range leaders {
+			a.answer = attemptAnswer{err: err}
+		}
+	}
+	var puts []*attempt
+	if !flat {
+		puts, err = s.sendNested(ctx, leaders, copies)
+	}
+	if len(puts) > 1 {
+		g := &logGroup{members: puts, done: make(chan struct{})}
+		for _, a := range puts {
+			a.answer.group = g
+		}
+	}
+	for _, p := range batch {
+		switch a := p.a; {
+		case a == nil:
+		case a.leader != nil:
+			a.done <- a.leader.answer
+		default:
+			a.done <- a.answer
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		// What is queued behind a transaction etcd did not answer has
+		// waited as long: sending it now would hold its callers another
+		// request timeout. It is withdrawn, never sent, and answered 503:
+		// a consume then cannot be applied after its caller's 503, and
+		// frames whose copy is withdrawn are in the log already, copied
+		// again in the background (recopy).
+		werr := fmt.Errorf("%w: %w (%w)", ErrUnavailable, errWithdrawn, err)
+		for _, p := range s.txns.drain(func(part) bool { return true }) {
+			if p.a != nil {
+				p.a.done <- attemptAnswer{err: werr}
+			} else {
+				p.c.end(werr)
+			}
+		}
+	}
+}
+
+// sendNested sends leaders and copies in one transaction: a
+// sub-transaction per leader attempt, each decided on its own in etcd,
+// then the copies' puts and their index. It sets every leader's answer,
+// ends every copy request and returns the attempts whose marker was put
+// and whose frames are still to be logged.
+func (s *Store) sendNested(ctx context.Context, leaders []*attempt, copies []*copyRequest) ([]*attempt, error) {
 	var cw *copyWrite
 	nops := len(leaders)
 	if len(copies) > 0 {
@@ -169,35 +220,5 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 			a.answer.seen = t.Responses
 		}
 	}
-	if len(puts) > 1 {
-		g := &logGroup{members: puts, done: make(chan struct{})}
-		for _, a := range puts {
-			a.answer.group = g
-		}
-	}
-	for _, p := range batch {
-		switch a := p.a; {
-		case a == nil:
-		case a.leader != nil:
-			a.done <- a.leader.answer
-		default:
-			a.done <- a.answer
-		}
-	}
-	if err != nil && ctx.Err() == nil {
-		// What is queued behind a transaction etcd did not answer has
-		// waited as long: sending it now would hold its callers another
-		// request timeout. It is withdrawn, never sent, and answered 503:
-		// a consume then cannot be applied after its caller's 503, and
-		// frames whose copy is withdrawn are in the log already, copied
-		// again in the background (recopy).
-		werr := fmt.Errorf("%w: %w (%w)", ErrUnavailable, errWithdrawn, err)
-		for _, p := range s.txns.drain(func(part) bool { return true }) {
-			if p.a != nil {
-				p.a.done <- attemptAnswer{err: werr}
-			} else {
-				p.c.end(werr)
-			}
-		}
-	}
+	return puts, err
 }
