@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/contractrefine/autonomy/wal"
 )
@@ -357,7 +360,7 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	}
 	resp, err := s.sendLed(ctx, lead, fence, []*attempt{a}, ins, nil, a.readsIn)
 	switch {
-	case errors.Is(err, errLedTooLarge):
+	case errors.Is(err, errLedRefused):
 		return attemptAnswer{}, false
 	case err != nil:
 		return attemptAnswer{err: err}, true
@@ -368,9 +371,27 @@ func (s *Store) consumeLone(ctx context.Context, a *attempt, frames func() []wal
 	return attemptAnswer{put: a, logged: true}, true
 }
 
-// errLedTooLarge: the transaction sendLed would send is over etcd's limits
-// (maxTxnOps, maxTxnBytes); nothing was sent.
-var errLedTooLarge = errors.New("etcdstore: a led transaction over etcd's limits")
+// errLedRefused: the transaction sendLed would send is over etcd's
+// limits (maxTxnOps, maxTxnBytes), or etcd refused it before applying it
+// (refusedUnapplied); nothing of it is in etcd, and the lead was let go.
+var errLedRefused = errors.New("etcdstore: a led transaction over etcd's limits")
+
+// errNotStaged: the frames of a led transaction could not be fixed (an
+// attr that does not encode); nothing was sent, and the lead was let go.
+var errNotStaged = errors.New("etcdstore: the frames of a led transaction could not be staged")
+
+// refusedUnapplied reports whether err is etcd's refusal of a request it
+// checks before it proposes it (too many operations, too large, a key put
+// twice: InvalidArgument; no space left, too many requests waiting:
+// ResourceExhausted), or gRPC's of a message over its send limit: the
+// request was never applied.
+func refusedUnapplied(err error) bool {
+	code := status.Code(err)
+	if e := (rpctypes.EtcdError{}); errors.As(err, &e) { // clientv3's form of etcd's errors
+		code = e.Code()
+	}
+	return code == codes.InvalidArgument || code == codes.ResourceExhausted
+}
 
 // sendLed sends, under lead, the markers of as and the copies of the
 // frames ins their consumes append in one transaction: If(each marker
@@ -380,7 +401,7 @@ var errLedTooLarge = errors.New("etcdstore: a led transaction over etcd's limits
 // the log commits the frames in the background, still leading
 // (commitLone); a failed comparison lets go of the lead (nothing was
 // copied); an etcd error holds the log until the dropper has deleted the
-// copies (Lose).
+// copies (Lose), unless etcd refused the request before applying it.
 func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*attempt, ins []wal.FrameInput,
 	extra *copyWrite, els func(*txnBuf) []*etcdserverpb.RequestOp) (*etcdserverpb.TxnResponse, error) {
 	// answered is set before commitLone starts, the only caller of lost
@@ -389,7 +410,7 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 	answered := false
 	req, cw, err := s.stageCopies(lead, ins, &answered)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errNotStaged, err)
 	}
 	if extra == nil {
 		extra = &copyWrite{}
@@ -406,10 +427,11 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 	puts := len(as) + len(cw.keys) + len(extra.keys)
 	if 2*len(as)+1 > maxTxnOps || puts > maxTxnOps || size > maxTxnBytes {
 		lead.Release()
-		return nil, errLedTooLarge
+		return nil, errLedRefused
 	}
 	req.fenced = true
 	var resp *etcdserverpb.TxnResponse
+	refused := false
 	err = s.withLease(ctx, func(lease clientv3.LeaseID) error {
 		b := newTxnBuf(len(as), puts-len(as))
 		then := make([]*etcdserverpb.RequestOp, 0, puts)
@@ -423,15 +445,25 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 		defer cancel()
 		var err error
 		resp, err = s.sendTxn(octx, &etcdserverpb.TxnRequest{Compare: append(cmps, s.fenceCmp(fence)), Success: then, Failure: els(b)})
+		refused = refusedUnapplied(err)
 		return s.seen(octx, err)
 	})
-	req.end(err)
 	switch {
+	case err != nil && refused:
+		req.end(err)
+		lead.Release()
+		if s.refusalLogged.CompareAndSwap(false, true) {
+			s.logger.Warn("etcd: refused a consume's transaction before applying it, sent as sub-transactions instead (is --max-txn-ops or --max-request-bytes below etcd's default?); logged once", "err", err)
+		}
+		return nil, fmt.Errorf("%w: %w", errLedRefused, err)
 	case err != nil:
+		req.end(err)
 		lead.Lose()
 		s.wakeDropper()
 		return nil, err
-	case !resp.Succeeded:
+	}
+	req.end(nil)
+	if !resp.Succeeded {
 		lead.Release()
 		return resp, nil
 	}
@@ -447,6 +479,12 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 	return resp, nil
 }
 
+// flatBackoff is how long the shared path sends no flat transaction after
+// one failed or was refused: a failed flat transaction costs each of its
+// consumes a round trip more, and while replays or consumes of steps
+// taken elsewhere keep arriving, most would fail.
+const flatBackoff = 250 * time.Millisecond
+
 // sendFlat sends the leader attempts of a shared transaction, two or
 // more, as a lone consume sends its own (consumeLone, sendLed): one flat
 // transaction that puts every marker and the copies of the frames their
@@ -454,62 +492,89 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 // too. For a crowd of consumes of fresh bindings each then pays one round
 // trip rather than two (the marker's transaction, then the log's commit
 // with its copies in the next one), and etcd decodes a comparison and a
-// put per marker rather than a nested transaction with its reads. It
-// waits for the log's commit of the led transaction before, as a lone
-// consume does, for up to a request timeout (a disk that stalls longer
-// leaves the shared path to behave as before). It reports false, having
-// changed nothing, when that commit still runs, the log's lead is not
-// free (a commit of other writes runs or waits), an attempt logs no
-// frames, the transaction would be over etcd's limits, or a comparison
-// failed (a marker taken, a binding gone, the fence moved): the attempts
-// then go as sub-transactions of their own (sendParts), which tell each
-// its answer, one round trip later. A lone attempt goes so at once: a
-// replay, whose marker is taken, pays one round trip, not two.
-func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copyRequest) (bool, error) {
-	if len(leaders) < 2 || 2*len(leaders)+1 > maxTxnOps {
-		return false, nil
+// put per marker rather than a nested transaction with its reads.
+//
+// It first waits for the log's commit of the led transaction before it
+// (awaitLedCommit: one fsync, ledCommitWait at most). When the log then
+// commits other writes (at 64 callers, those of consumes answered by
+// sub-transactions, whose commits wait for their copies, in this batch)
+// it sends the batch's copies alone and waits up to ledCommitWait for the
+// lead: the shared path returns to flat transactions rather than stay
+// with sub-transactions, each batch's copies holding the log for the
+// next. It reports flat false, having changed no marker, when it cannot
+// lead by then, an attempt logs no frames or its frames do not encode,
+// the transaction would be over etcd's limits or etcd refused it
+// unapplied, a comparison failed (a marker taken, a binding gone, the
+// fence moved), or one failed in the last flatBackoff: the attempts then
+// go as sub-transactions of their own (sendParts), which tell each its
+// answer. A lone attempt goes so at once: a replay, whose marker is
+// taken, pays one round trip, not two. copiesSent reports that the
+// batch's copies were sent and ended.
+func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copyRequest) (flat, copiesSent bool, err error) {
+	if len(leaders) < 2 || 2*len(leaders)+1 > maxTxnOps || time.Now().UnixNano() < s.flatAfter.Load() {
+		return false, false, nil
 	}
 	for _, a := range leaders {
 		if a.frames == nil {
-			return false, nil
+			return false, false, nil
 		}
 	}
-	if !s.awaitCommit(ctx, s.o.RequestTimeout) {
-		return false, nil
-	}
+	s.awaitLedCommit()
 	fence, err := s.fence(ctx)
 	if err != nil {
-		return false, nil // the shared path meets etcd's error
+		return false, false, nil // the shared path meets etcd's error
 	}
 	var ins []wal.FrameInput
 	for _, a := range leaders {
 		ins = append(ins, a.frames()...)
 	}
+	puts := len(leaders) + inputRuns(ins) + 1
+	for _, r := range copies {
+		puts += copyPuts(r.frames)
+	}
+	if len(copies) > 0 {
+		puts++
+	}
+	if puts > maxTxnOps {
+		return false, false, nil
+	}
 	lead, ok := s.log.TryLead()
 	if !ok {
-		return false, nil
+		if len(copies) > 0 {
+			s.sendNested(s.bg, nil, copies)
+			copies, copiesSent = nil, true
+		}
+		lctx, cancel := context.WithTimeout(ctx, s.ledWait)
+		lead, err = s.log.Lead(lctx)
+		cancel()
+		if err != nil {
+			return false, copiesSent, nil
+		}
 	}
 	var extra *copyWrite
 	if len(copies) > 0 {
-		ctx = s.bg // a copy is no caller's to cancel
 		extra = s.encodeCopies(copies)
 	}
 	resp, err := s.sendLed(ctx, lead, fence, leaders, ins, extra, func(b *txnBuf) []*etcdserverpb.RequestOp {
 		return []*etcdserverpb.RequestOp{b.rng([]byte(s.p.fence(s.o.Replica)), nil, false)}
 	})
 	switch {
-	case errors.Is(err, errLedTooLarge):
-		return false, nil
+	case errors.Is(err, errNotStaged) || errors.Is(err, errLedRefused):
+		// Nothing was sent and the lead is free: the sub-transactions go,
+		// and meet what stopped this one if it stops them too.
+		s.flatAfter.Store(time.Now().Add(flatBackoff).UnixNano())
+		return false, copiesSent, nil
 	case err != nil:
 		for _, r := range copies {
 			r.end(err)
 		}
-		return true, err
+		return true, true, err
 	case !resp.Succeeded:
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].ModRevision != fence {
 			s.fenceRev.CompareAndSwap(fence, -1)
 		}
-		return false, nil
+		s.flatAfter.Store(time.Now().Add(flatBackoff).UnixNano())
+		return false, copiesSent, nil
 	}
 	for _, r := range copies {
 		r.end(nil)
@@ -517,7 +582,32 @@ func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copy
 	for _, a := range leaders {
 		a.answer = attemptAnswer{put: a, logged: true}
 	}
-	return true, nil
+	return true, true, nil
+}
+
+// ledCommitWait bounds how long the shared sender waits for the log's
+// commit of the last led transaction (awaitLedCommit): one fsync, a
+// millisecond or two on a local disk, so the next batch may go flat; a
+// commit that takes longer (a stalled disk) leaves the batch to go as
+// sub-transactions, as before there were flat ones.
+const ledCommitWait = 20 * time.Millisecond
+
+// awaitLedCommit waits, for at most s.ledWait, for the log's commit of
+// the last led transaction when it still runs, so that the shared
+// sender's batch may lead next (sendFlat). It does not wait again for a
+// commit it has already waited the whole time for.
+func (s *Store) awaitLedCommit() {
+	s.loneMu.Lock()
+	done, stalled := s.lone, s.loneStalled
+	s.loneMu.Unlock()
+	if done == nil || done == stalled {
+		return
+	}
+	if !s.awaitCommit(s.bg, s.ledWait) {
+		s.loneMu.Lock()
+		s.loneStalled = done
+		s.loneMu.Unlock()
+	}
 }
 
 // awaitCommit waits, for at most wait or until ctx is done, for the log's

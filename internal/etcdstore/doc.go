@@ -129,16 +129,24 @@
 // (commitLone). A failed comparison (a marker taken, a binding gone, or
 // the fence moved, which the Else read shows) copies nothing and lets go
 // of the lead, and the attempts go as the sub-transactions above, one
-// round trip later; a lone attempt goes so at once, so that a replay
-// costs one round trip, not two. The sender first waits for the log's
-// commit of the led transaction before it (one fsync), for up to a
-// request timeout, and goes flat only when the log's lead is then free:
-// while other writes commit or wait, the sub-transactions go. For a
-// crowd of consumes of fresh bindings, each pays one round trip rather
-// than two (its marker's, then its copies' in the next transaction), and
-// etcd decodes and applies two comparisons and two puts per consume
-// rather than a nested transaction with two reads, and a put in the
-// next (docs/PERFORMANCE.md, "Flat shared transactions").
+// round trip later; for flatBackoff (250 ms) after, batches go so at
+// once, as a batch of one attempt always does, so that replays cost one
+// round trip, not two. A transaction etcd refuses before applying it
+// (over --max-txn-ops or --max-request-bytes) is let go the same way,
+// with one log line. The sender first waits for the log's commit of the
+// led transaction before it (one fsync) for up to ledCommitWait (20 ms),
+// once per commit. When the log then commits other writes (the consumes
+// a transaction of sub-transactions answered, whose commits wait for
+// their copies in this very batch), it sends the batch's copies alone
+// and waits up to as long for the log's lead, so that the shared path
+// goes back to flat transactions rather than stay with sub-transactions,
+// each batch's copies holding the log for the next; when it cannot lead,
+// the sub-transactions go. For a crowd of consumes of fresh bindings,
+// each pays one round trip rather than two (its marker's, then its
+// copies' in the next transaction), and etcd decodes and applies two
+// comparisons and two puts per consume rather than a nested transaction
+// with two reads, and a put in the next (docs/PERFORMANCE.md, "Flat
+// shared transactions").
 //
 // The compare on the binding's key makes etcd read the binding's whole
 // value (a compare reads the key's record; the Else branch's count-only

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/contractrefine/autonomy/preflight"
 	"github.com/contractrefine/autonomy/wal"
@@ -162,6 +166,16 @@ func TestFlatTransactionFallsBackWhenAMarkerIsTaken(t *testing.T) {
 		t.Fatal("the free markers were not put by one transaction")
 	}
 	logGroupAndCheck(t, a, answers[0].group, head, 4)
+	// For flatBackoff after a failure, batches go as sub-transactions.
+	more := []preflight.Binding{recordSteps(t, a, "pf_flat_taken_4", 1), recordSteps(t, a, "pf_flat_taken_5", 1)}
+	parts, as = flatParts(a, more)
+	a.flatAfter.Store(time.Now().Add(time.Hour).UnixNano()) // the backoff outlasts the test's pace
+	a.sendParts(ctx, parts)
+	for i, at := range as {
+		if ans := <-at.done; ans.err != nil || ans.put != at || ans.logged {
+			t.Fatalf("attempt %d after a failed flat transaction: %+v; want its marker put by a sub-transaction", i, ans)
+		}
+	}
 }
 
 // TestFlatTransactionNoticesAMovedFence: a flat transaction requires the
@@ -209,24 +223,33 @@ func holdLoneCommit(t *testing.T, s *Store, b *preflight.Binding) (release chan 
 	return release
 }
 
+// queueParts queues parts for s's shared sender, as consumes that arrive
+// together do.
+func queueParts(s *Store, parts []part) {
+	for _, p := range parts {
+		s.txns.add(p)
+	}
+}
+
 // TestFlatTransactionWaitsForALoneCommit: while the log commits a lone
-// consume that was answered, a flat transaction waits for that commit
-// (one fsync) rather than go as sub-transactions whose frames are copied
-// a round trip later.
+// consume that was answered, the shared sender waits for that commit (one
+// fsync) so that its batch may go flat, rather than send the markers as
+// sub-transactions whose frames are copied a round trip later.
 func TestFlatTransactionWaitsForALoneCommit(t *testing.T) {
 	s, bs := flatStore(t, "", "pf_flat_wait_1", "pf_flat_wait_2", "pf_flat_wait_3")
+	s.ledWait = time.Minute
 	ctx := context.Background()
 	head, _ := s.log.Head()
-	release := holdLoneCommit(t, s, &bs[0])
 	waiting := make(chan struct{}, 1)
 	s.awaitingCommit = func() { waiting <- struct{}{} }
+	release := holdLoneCommit(t, s, &bs[0])
 	parts, as := flatParts(s, bs[1:])
-	go s.sendParts(ctx, parts)
+	queueParts(s, parts)
 	select {
 	case <-waiting:
 	case <-time.After(10 * time.Second):
 		close(release)
-		t.Fatal("the flat transaction did not wait for the lone commit within 10 s")
+		t.Fatal("the shared sender did not wait for the lone commit within 10 s")
 	}
 	for _, b := range bs[1:] {
 		if resp, err := s.cli.Get(ctx, s.p.marker(b.PreflightID, 0)); err != nil || len(resp.Kvs) != 0 {
@@ -244,31 +267,88 @@ func TestFlatTransactionWaitsForALoneCommit(t *testing.T) {
 		t.Fatal("the markers were not put by one transaction")
 	}
 	if fs := framesAfter(t, s, head); len(fs) != 6 {
-		t.Fatalf("%d frames after the three consumes, want each one's two", len(fs))
+		t.Fatalf("%d frames after the lone consume and the flat transaction, want each consume's two", len(fs))
 	}
 	checkClean(t, s)
 }
 
-// TestFlatTransactionWaitsAtMostARequestTimeout: a lone commit that takes
-// longer than a request timeout (a stalled disk) does not hold the
-// shared path: its attempts go as sub-transactions, and their frames are
-// logged once the log takes writes again.
-func TestFlatTransactionWaitsAtMostARequestTimeout(t *testing.T) {
-	s, bs := flatStore(t, "", "pf_flat_stall_1", "pf_flat_stall_2", "pf_flat_stall_3")
-	s.o.RequestTimeout = 200 * time.Millisecond
+// TestFlatTransactionWaitsAtMostLedWait: a lone commit that takes longer
+// than the sender's wait (a stalled disk) does not hold the shared path:
+// its attempts go as sub-transactions, and their frames are logged once
+// the log takes writes again; the sender does not wait for that commit a
+// second time.
+func TestFlatTransactionWaitsAtMostLedWait(t *testing.T) {
+	s, bs := flatStore(t, "", "pf_flat_stall_1", "pf_flat_stall_2", "pf_flat_stall_3", "pf_flat_stall_4", "pf_flat_stall_5")
+	s.ledWait = 50 * time.Millisecond
+	var waits atomic.Int32
+	s.awaitingCommit = func() { waits.Add(1) }
 	head, _ := s.log.Head()
 	release := holdLoneCommit(t, s, &bs[0])
-	parts, as := flatParts(s, bs[1:])
-	s.sendParts(context.Background(), parts)
-	answers := make([]attemptAnswer, len(as))
-	for i, a := range as {
-		if answers[i] = <-a.done; answers[i].err != nil || answers[i].put != a || answers[i].logged || answers[i].group == nil {
-			close(release)
-			t.Fatalf("attempt %d while the lone commit is held: %+v; want its marker put by a sub-transaction", i, answers[i])
+	var groups []*logGroup
+	for _, pair := range [][]preflight.Binding{bs[1:3], bs[3:5]} {
+		parts, as := flatParts(s, pair)
+		queueParts(s, parts)
+		for i, a := range as {
+			ans := <-a.done
+			if ans.err != nil || ans.put != a || ans.logged || ans.group == nil {
+				close(release)
+				t.Fatalf("attempt %d while the lone commit is held: %+v; want its marker put by a sub-transaction", i, ans)
+			}
+			if i == 0 {
+				groups = append(groups, ans.group)
+			}
 		}
 	}
+	if n := waits.Load(); n != 1 {
+		close(release)
+		t.Fatalf("the sender waited %d times for one stalled commit, want once", n)
+	}
 	close(release)
-	logGroupAndCheck(t, s, answers[0].group, head, 6)
+	if err := s.logGroup(context.Background(), groups[0]); err != nil {
+		t.Fatal(err)
+	}
+	logGroupAndCheck(t, s, groups[1], head, 10)
+}
+
+// refusingStub is the store's KV stub with etcd refusing the next
+// transaction before it applies it, as it refuses one of more operations
+// than its --max-txn-ops.
+type refusingStub struct {
+	etcdserverpb.KVClient
+	armed *atomic.Bool
+}
+
+func (k refusingStub) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	if k.armed.CompareAndSwap(true, false) {
+		return nil, rpctypes.ErrGRPCTooManyOps
+	}
+	return k.KVClient.Txn(ctx, in, opts...)
+}
+
+// TestFlatTransactionRefusedUnapplied: a flat transaction etcd refuses
+// before applying it (over its limits) wrote nothing: the log is let go,
+// not held, and the attempts go as sub-transactions.
+func TestFlatTransactionRefusedUnapplied(t *testing.T) {
+	s, bs := flatStore(t, "", "pf_flat_refused_1", "pf_flat_refused_2")
+	head, _ := s.log.Head()
+	armed := &atomic.Bool{}
+	armed.Store(true)
+	s.kv = refusingStub{KVClient: s.kv, armed: armed}
+	parts, as := flatParts(s, bs)
+	s.sendParts(context.Background(), parts)
+	ans := make([]attemptAnswer, len(as))
+	for i, a := range as {
+		if ans[i] = <-a.done; ans[i].err != nil || ans[i].put != a || ans[i].logged || ans[i].group == nil {
+			t.Fatalf("attempt %d of a refused flat transaction: %+v; want its marker put by a sub-transaction", i, ans[i])
+		}
+	}
+	if armed.Load() {
+		t.Fatal("no transaction was refused")
+	}
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatalf("probe after the refusal: %v; want the log not held", err)
+	}
+	logGroupAndCheck(t, s, ans[0].group, head, 4)
 }
 
 // TestFlatTransactionCarriesOtherCopies: the copies of frames the log

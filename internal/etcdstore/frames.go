@@ -224,10 +224,16 @@ const maxRun = 16
 // one value under the first one's key (doc.go), one put where they would
 // be one each.
 func copyRuns(fs []wal.Frame) iter.Seq2[int, int] {
+	return runs(len(fs), func(i int) string { return fs[i].AuditID })
+}
+
+// runs yields the runs copyRuns does of n frames whose audit ids auditID
+// gives.
+func runs(n int, auditID func(int) string) iter.Seq2[int, int] {
 	return func(yield func(int, int) bool) {
-		for i := 0; i < len(fs); {
+		for i := 0; i < n; {
 			j := i + 1
-			for j < len(fs) && j-i < maxRun && fs[j].AuditID == fs[i].AuditID {
+			for j < n && j-i < maxRun && auditID(j) == auditID(i) {
 				j++
 			}
 			if !yield(i, j) {
@@ -240,8 +246,17 @@ func copyRuns(fs []wal.Frame) iter.Seq2[int, int] {
 
 // copyPuts is how many puts the copies of fs take.
 func copyPuts(fs []wal.Frame) int {
+	return count(copyRuns(fs))
+}
+
+// inputRuns is how many puts the copies of the frames ins append take.
+func inputRuns(ins []wal.FrameInput) int {
+	return count(runs(len(ins), func(i int) string { return ins[i].AuditID }))
+}
+
+func count(seq iter.Seq2[int, int]) int {
 	n := 0
-	for range copyRuns(fs) {
+	for range seq {
 		n++
 	}
 	return n

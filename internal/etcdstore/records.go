@@ -352,7 +352,7 @@ const recentBindings = 1 << 16
 // callers (docs/PERFORMANCE.md, "Packed recent bindings").
 type recentBinding struct {
 	packed         string
-	expires        int64 // the binding's expiry, in Unix nanoseconds
+	expires        time.Time // the binding's expiry
 	outputMaxBytes int64
 }
 
@@ -362,7 +362,7 @@ type recentBinding struct {
 // then it is what etcd would answer. The preflight's own replica then
 // reads nothing to check a call under it.
 func (s *Store) remember(b *preflight.Binding, outputMaxBytes int64) {
-	r := recentBinding{packed: wal.PackBinding(b), expires: b.ExpiresAt.UnixNano(), outputMaxBytes: outputMaxBytes}
+	r := recentBinding{packed: wal.PackBinding(b), expires: b.ExpiresAt, outputMaxBytes: outputMaxBytes}
 	s.recent.Add(wal.PackedID(r.packed), r) // the key is a substring of the entry: no caller's string is kept
 }
 
@@ -370,7 +370,7 @@ func (s *Store) remember(b *preflight.Binding, outputMaxBytes int64) {
 // binding in b, from remember's cache or etcd. A cached binding that does
 // not unpack is read from etcd again.
 func (s *Store) recentOf(ctx context.Context, id string, b *preflight.Binding) (int64, error) {
-	if r, ok := s.recent.Get(id); ok && s.now().UnixNano() < r.expires {
+	if r, ok := s.recent.Get(id); ok && s.now().Before(r.expires) {
 		if b == nil || wal.UnpackBinding(r.packed, b, nil) == nil {
 			return r.outputMaxBytes, nil
 		}

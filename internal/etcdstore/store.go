@@ -136,6 +136,16 @@ type Store struct {
 	// beforeLoneCommit, set by tests, runs before the background commit
 	// of an answered lone consume (commitLone).
 	beforeLoneCommit func()
+	// loneStalled is the last led transaction's commit the shared sender
+	// waited ledWait for in vain (awaitLedCommit); loneMu guards it.
+	loneStalled chan struct{}
+	// ledWait bounds that wait: ledCommitWait, or what a test sets.
+	ledWait time.Duration
+	// flatAfter holds flat transactions back until this time (Unix
+	// nanoseconds) after one failed (flatBackoff).
+	flatAfter atomic.Int64
+	// refusalLogged: etcd's refusal of a led transaction was logged.
+	refusalLogged atomic.Bool
 	// awaitingCommit, set by tests, runs when a flat transaction starts
 	// to wait for the log's commit of the led transaction before it
 	// (awaitCommit).
@@ -187,6 +197,7 @@ func Open(o Options) (*Store, error) {
 	s := &Store{o: o, log: o.Log, logger: o.Logger, now: o.Now, p: keys(o.Prefix), held: map[string]*heldSession{},
 		claims: map[string]*heldClaim{}}
 	s.fenceRev.Store(-1)
+	s.ledWait = ledCommitWait
 	instance, err := loadInstance(o.Log.Path(), !o.Inspect)
 	if err != nil {
 		return nil, err

@@ -124,11 +124,14 @@ func (s *Store) sendParts(ctx context.Context, batch []part) {
 			leaders = append(leaders, p.a)
 		}
 	}
-	flat, err := s.sendFlat(ctx, leaders, copies)
+	flat, copiesSent, err := s.sendFlat(ctx, leaders, copies)
 	if err != nil {
 		for _, a := range leaders {
 			a.answer = attemptAnswer{err: err}
 		}
+	}
+	if copiesSent {
+		copies = nil
 	}
 	var puts []*attempt
 	if !flat {
