@@ -351,19 +351,27 @@ func TestFlatTransactionRefusedUnapplied(t *testing.T) {
 	logGroupAndCheck(t, s, ans[0].group, head, 4)
 }
 
+// otherCopy appends another call's decision frame under auditID to s's
+// log and returns the request of its copy, not yet sent.
+func otherCopy(t *testing.T, s *Store, auditID string) *copyRequest {
+	t.Helper()
+	baseSeq, baseHash := s.log.Head()
+	fs, err := s.log.AppendFrames(context.Background(), []wal.FrameInput{{Kind: wal.KindDecision, AuditID: auditID, Time: time.Now(),
+		Attrs: map[string]any{"outcome": "deny"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &copyRequest{frames: fs, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
+}
+
 // TestFlatTransactionCarriesOtherCopies: the copies of frames the log
 // already has (another call's) go in the flat transaction with the
 // markers, under their own copy index.
 func TestFlatTransactionCarriesOtherCopies(t *testing.T) {
 	s, bs := flatStore(t, "", "pf_flat_copies_1", "pf_flat_copies_2")
 	ctx := context.Background()
-	baseSeq, baseHash := s.log.Head()
-	fs, err := s.log.AppendFrames(ctx, []wal.FrameInput{{Kind: wal.KindDecision, AuditID: "au_flat_copies_other", Time: time.Now(),
-		Attrs: map[string]any{"outcome": "deny"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := &copyRequest{frames: fs, baseSeq: baseSeq, baseHash: baseHash, done: make(chan struct{})}
+	other := otherCopy(t, s, "au_flat_copies_other")
+	fs := other.frames
 	parts, as := flatParts(s, bs)
 	s.sendParts(ctx, append(parts, part{c: other}))
 	for i, a := range as {
@@ -427,6 +435,51 @@ func TestFlatTransactionEtcdErrorDropsCopies(t *testing.T) {
 		if c, err := f.Consumed(); f.Kind != wal.KindConsumed || err != nil || c.RequestID != "req-flat" {
 			t.Fatalf("frame %d after the lost answer: %+v, %v; want a consumed frame of req-flat", i, f, err)
 		}
+	}
+	checkClean(t, s)
+}
+
+// TestFlatTransactionSendsCopiesAloneWhileTheLogCommits: when the log is
+// committing other writes as a flat transaction is about to lead (the
+// commits of consumes a nested transaction answered, which wait for their
+// copies in this batch), the batch's copies go alone first, and the
+// markers go flat once the log's lead is free, rather than nested.
+func TestFlatTransactionSendsCopiesAloneWhileTheLogCommits(t *testing.T) {
+	s, bs := flatStore(t, "", "pf_flat_alone_1", "pf_flat_alone_2")
+	s.ledWait = time.Minute
+	ctx := context.Background()
+	other := otherCopy(t, s, "au_flat_alone_other")
+	fs := other.frames
+	busy, ok := s.log.TryLead() // another write's commit, running
+	if !ok {
+		t.Fatal("the log's lead is not free")
+	}
+	parts, as := flatParts(s, bs)
+	go s.sendParts(ctx, append(parts, part{c: other}))
+	select {
+	case <-other.done:
+	case <-time.After(10 * time.Second):
+		busy.Release()
+		t.Fatal("the batch's copies were not sent within 10 s while the log was busy")
+	}
+	if other.err != nil {
+		busy.Release()
+		t.Fatalf("the copies sent alone: %v", other.err)
+	}
+	for _, b := range bs {
+		if resp, err := s.cli.Get(ctx, s.p.marker(b.PreflightID, 0)); err != nil || len(resp.Kvs) != 0 {
+			busy.Release()
+			t.Fatalf("%s's marker while the log is busy: %v, %v; want none yet", b.PreflightID, resp, err)
+		}
+	}
+	busy.Release()
+	for i, a := range as {
+		if ans := <-a.done; ans.err != nil || ans.put != a || !ans.logged {
+			t.Fatalf("attempt %d: %+v; want its marker put flat once the log was free", i, ans)
+		}
+	}
+	if got := framesAfter(t, s, fs[0].Seq); len(got) != 4 {
+		t.Fatalf("%d frames after the other call's, want the two consumes' two each", len(got))
 	}
 	checkClean(t, s)
 }
