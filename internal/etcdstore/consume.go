@@ -425,7 +425,7 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 		}
 	}
 	puts := len(as) + len(cw.keys) + len(extra.keys)
-	if 2*len(as)+1 > maxTxnOps || puts > maxTxnOps || size > maxTxnBytes {
+	if !ledFits(len(as), puts) || size > maxTxnBytes {
 		lead.Release()
 		return nil, errLedRefused
 	}
@@ -479,6 +479,14 @@ func (s *Store) sendLed(ctx context.Context, lead *wal.Lead, fence int64, as []*
 	return resp, nil
 }
 
+// ledFits reports whether a led transaction of attempts markers and puts
+// puts in all (markers, copies, copy indexes) is within etcd's
+// --max-txn-ops at each of its levels: two comparisons a marker and the
+// fence's, and the puts.
+func ledFits(attempts, puts int) bool {
+	return 2*attempts+1 <= maxTxnOps && puts <= maxTxnOps
+}
+
 // flatBackoff is how long the shared path sends no flat transaction after
 // one failed or was refused: a failed flat transaction costs each of its
 // consumes a round trip more, and while replays or consumes of steps
@@ -511,21 +519,14 @@ const flatBackoff = 250 * time.Millisecond
 // taken, pays one round trip, not two. copiesSent reports that the
 // batch's copies were sent and ended.
 func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copyRequest) (flat, copiesSent bool, err error) {
-	if len(leaders) < 2 || 2*len(leaders)+1 > maxTxnOps || time.Now().UnixNano() < s.flatAfter.Load() {
+	if len(leaders) < 2 || time.Now().UnixNano() < s.flatAfter.Load() {
 		return false, false, nil
 	}
+	var ins []wal.FrameInput
 	for _, a := range leaders {
 		if a.frames == nil {
 			return false, false, nil
 		}
-	}
-	s.awaitLedCommit()
-	fence, err := s.fence(ctx)
-	if err != nil {
-		return false, false, nil // the shared path meets etcd's error
-	}
-	var ins []wal.FrameInput
-	for _, a := range leaders {
 		ins = append(ins, a.frames()...)
 	}
 	puts := len(leaders) + inputRuns(ins) + 1
@@ -535,8 +536,13 @@ func (s *Store) sendFlat(ctx context.Context, leaders []*attempt, copies []*copy
 	if len(copies) > 0 {
 		puts++
 	}
-	if puts > maxTxnOps {
+	if !ledFits(len(leaders), puts) {
 		return false, false, nil
+	}
+	s.awaitLedCommit()
+	fence, err := s.fence(ctx)
+	if err != nil {
+		return false, false, nil // the shared path meets etcd's error
 	}
 	lead, ok := s.log.TryLead()
 	if !ok {
